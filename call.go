@@ -1,0 +1,169 @@
+package windlass
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// ProtocolVersion is the version of the wire format in PROTOCOL.md. It
+// changes only when a field changes meaning or a required field is added.
+const ProtocolVersion = 1
+
+// MaxCallIDLength bounds a call id; see [ValidateCallID].
+const MaxCallIDLength = 128
+
+// ToolCall is one request to run a tool, as it travels on the wire.
+type ToolCall struct {
+	// ID identifies the call and is its deduplication key: submitting the
+	// same id twice runs the call once. See [ValidateCallID].
+	ID string `json:"id"`
+	// Name is the tool's name.
+	Name string `json:"name"`
+	// Arguments is a JSON object matching the tool's parameters schema.
+	// Empty means {}.
+	Arguments json.RawMessage `json:"arguments"`
+	// Deadline is when the caller stops waiting (schedule-to-close). Zero
+	// means none beyond the tool's own timeout.
+	Deadline time.Time `json:"deadline,omitzero"`
+	// Attempt counts deliveries to a worker, starting at 1.
+	Attempt int `json:"attempt,omitempty"`
+	// SpecHash is the [Spec.Hash] of the schema the caller saw, so a worker
+	// with a different spec refuses instead of running mismatched arguments.
+	SpecHash string `json:"spec_hash,omitempty"`
+	// Metadata carries caller-defined strings (requester, session, ...).
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// ToolResult is the outcome of one call, as it travels on the wire.
+type ToolResult struct {
+	// CallID is the ToolCall's ID.
+	CallID string `json:"call_id"`
+	// Name is the tool's name.
+	Name string `json:"name"`
+	// Content is the text for the model: [Render] of the value on success,
+	// the error text on failure.
+	Content string `json:"content"`
+	// Data is the tool's value as JSON (absent on failure).
+	Data json.RawMessage `json:"data,omitempty"`
+	// IsError is true when the call failed; Error then says why.
+	IsError bool `json:"is_error"`
+	// Error classifies a failure; nil on success.
+	Error *CallError `json:"error,omitempty"`
+	// DurationMS is how long the tool ran, in milliseconds.
+	DurationMS float64 `json:"duration_ms"`
+	// Worker names the worker that produced the result (empty when local).
+	Worker string `json:"worker,omitempty"`
+	// Attempt is the delivery attempt that produced the result.
+	Attempt int `json:"attempt,omitempty"`
+}
+
+// Decode unmarshals the result's Data into v. It fails for an error result.
+func (r ToolResult) Decode(v any) error {
+	if r.IsError {
+		return fmt.Errorf("windlass: result of call %q is an error: %s", r.CallID, r.Content)
+	}
+	if len(r.Data) == 0 {
+		return fmt.Errorf("windlass: result of call %q has no data", r.CallID)
+	}
+	return json.Unmarshal(r.Data, v)
+}
+
+// Code returns the result's error code, or "" for a success.
+func (r ToolResult) Code() ErrorCode {
+	if r.Error == nil {
+		return ""
+	}
+	return r.Error.Code
+}
+
+// ErrorResult builds a failed result for call with the given code and message.
+func ErrorResult(call ToolCall, code ErrorCode, message string) ToolResult {
+	return ToolResult{
+		CallID:  call.ID,
+		Name:    call.Name,
+		Content: message,
+		IsError: true,
+		Error:   &CallError{Code: code, Message: message},
+		Attempt: call.Attempt,
+	}
+}
+
+// NewCallID returns a new random call id: "call_" and 26 base32 characters
+// (130 bits from crypto/rand).
+func NewCallID() string { return "call_" + rand.Text() }
+
+// ValidateCallID checks a call id: 1 to [MaxCallIDLength] printable ASCII
+// characters without spaces, quotes or backslashes. Model providers' own
+// tool-call ids (call_…, toolu_…) pass, so they can be used as call ids.
+func ValidateCallID(id string) error {
+	if len(id) == 0 || len(id) > MaxCallIDLength {
+		return fmt.Errorf("windlass: call id must be 1 to %d characters, got %d", MaxCallIDLength, len(id))
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; c <= ' ' || c >= 0x7f || c == '"' || c == '\\' {
+			return fmt.Errorf("windlass: call id %q: character %q at byte %d is not allowed (printable ASCII without spaces, quotes or backslashes)", id, rune(c), i)
+		}
+	}
+	return nil
+}
+
+// Validate checks the call's envelope: a valid id, a valid tool name and
+// arguments that are a JSON object (or empty). It does not check the
+// arguments against a schema; see [CompileArguments].
+func (c ToolCall) Validate() error {
+	if err := ValidateCallID(c.ID); err != nil {
+		return fmt.Errorf("id: %w", err)
+	}
+	if err := ValidateName(c.Name); err != nil {
+		return fmt.Errorf("name: %w", err)
+	}
+	if !isJSONObject(c.Arguments) {
+		return fmt.Errorf("windlass: call %q: arguments must be a JSON object", c.ID)
+	}
+	if c.Attempt < 0 {
+		return fmt.Errorf("windlass: call %q: attempt must not be negative, got %d", c.ID, c.Attempt)
+	}
+	return nil
+}
+
+// isJSONObject reports whether raw is empty or a syntactically valid JSON object.
+func isJSONObject(raw json.RawMessage) bool {
+	b := bytes.TrimSpace(raw)
+	if len(b) == 0 {
+		return true
+	}
+	return b[0] == '{' && json.Valid(b)
+}
+
+// CallInfo is what a running tool can learn about its call from its context,
+// for instance to make side effects idempotent by call id.
+type CallInfo struct {
+	// ID is the call id, stable across redeliveries.
+	ID string
+	// Name is the tool's name.
+	Name string
+	// Attempt is the delivery attempt, starting at 1.
+	Attempt int
+	// Deadline is the call's overall deadline (zero when none).
+	Deadline time.Time
+	// Metadata is the caller's metadata.
+	Metadata map[string]string
+}
+
+type callInfoKey struct{}
+
+// ContextWithCallInfo returns a context carrying info. [Invoke] does this for
+// every call; use it to test a tool on its own.
+func ContextWithCallInfo(ctx context.Context, info CallInfo) context.Context {
+	return context.WithValue(ctx, callInfoKey{}, info)
+}
+
+// CallInfoFromContext returns the call a tool is running for, if any.
+func CallInfoFromContext(ctx context.Context) (CallInfo, bool) {
+	info, ok := ctx.Value(callInfoKey{}).(CallInfo)
+	return info, ok
+}

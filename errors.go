@@ -1,0 +1,117 @@
+package windlass
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrorCode classifies a failed call. Codes are stable strings on the wire
+// (ToolResult.error.code) so callers in any language can branch on them.
+type ErrorCode string
+
+// The error codes of the protocol. PROTOCOL.md describes when each is used.
+const (
+	// CodeInvalidArguments: the arguments do not match the tool's schema.
+	CodeInvalidArguments ErrorCode = "invalid_arguments"
+	// CodeUnknownTool: no tool of that name is registered in the fleet.
+	CodeUnknownTool ErrorCode = "unknown_tool"
+	// CodeNoWorker: the tool is known but no live worker serves it.
+	CodeNoWorker ErrorCode = "no_worker"
+	// CodeTimeout: the call's deadline or the tool's timeout passed.
+	CodeTimeout ErrorCode = "timeout"
+	// CodeToolError: the tool ran and returned an error.
+	CodeToolError ErrorCode = "tool_error"
+	// CodePanic: the tool panicked; the fleet recovered.
+	CodePanic ErrorCode = "panic"
+	// CodeCanceled: the caller or the fleet canceled the call.
+	CodeCanceled ErrorCode = "canceled"
+	// CodeRejected: a reviewer rejected a gated call.
+	CodeRejected ErrorCode = "rejected"
+	// CodeExpired: a gated call's approval window lapsed.
+	CodeExpired ErrorCode = "expired"
+	// CodeWorkerLost: the call's deliveries ran out without an answer.
+	CodeWorkerLost ErrorCode = "worker_lost"
+	// CodeSpecMismatch: the worker's spec differs from the one the caller saw.
+	CodeSpecMismatch ErrorCode = "spec_mismatch"
+	// CodeInvalidCall: the call message itself is malformed (bad JSON, missing id).
+	CodeInvalidCall ErrorCode = "invalid_call"
+	// CodePayloadTooLarge: the encoded call exceeds the server's max payload.
+	CodePayloadTooLarge ErrorCode = "payload_too_large"
+	// CodeUnavailable: the fleet could not be reached (NATS down, stream missing).
+	CodeUnavailable ErrorCode = "unavailable"
+)
+
+// CallError is the error object of a failed [ToolResult]: a code a program
+// can branch on and a message a model can read. It is also a Go error, so a
+// tool (for instance a proxy for a remote tool) can return one to choose the
+// code of its result; [Invoke] then keeps the code and uses the message as
+// the result's content.
+type CallError struct {
+	Code    ErrorCode `json:"code"`
+	Message string    `json:"message"`
+}
+
+// Error implements error as "code: message".
+func (e *CallError) Error() string { return string(e.Code) + ": " + e.Message }
+
+// Is reports whether target is a *CallError with the same code, so
+// errors.Is(err, &windlass.CallError{Code: windlass.CodeTimeout}) works.
+func (e *CallError) Is(target error) bool {
+	t, ok := target.(*CallError)
+	return ok && t.Code == e.Code
+}
+
+// ExecutionError is returned by [Run] when a tool fails. Unlike [Invoke],
+// direct use has no model to recover, so the failure is an error.
+type ExecutionError struct {
+	// Tool is the name of the tool that failed.
+	Tool string
+	// Code classifies the failure.
+	Code ErrorCode
+	// Message is the text the model would have seen.
+	Message string
+	// Err is the tool's own error when it returned one (nil for a timeout
+	// the tool did not report, or a panic).
+	Err error
+}
+
+// Error implements error.
+func (e *ExecutionError) Error() string {
+	return fmt.Sprintf("windlass: tool %q failed (%s): %s", e.Tool, e.Code, e.Message)
+}
+
+// Unwrap returns the tool's own error.
+func (e *ExecutionError) Unwrap() error { return e.Err }
+
+// ArgumentError reports arguments that do not satisfy a tool's schema. Path
+// is a JSONPath-style location inside the arguments ("$" is the whole
+// object, "$.items[0].name" a nested field) and Rule the JSON Schema keyword
+// that failed ("type", "required", "minimum", ...).
+type ArgumentError struct {
+	Tool    string
+	Path    string
+	Rule    string
+	Message string
+}
+
+// Error implements error.
+func (e *ArgumentError) Error() string {
+	return fmt.Sprintf("invalid arguments for tool %q: %s: %s (rule %q)", e.Tool, e.Path, e.Message, e.Rule)
+}
+
+// PanicError is the error [Invoke] builds from a recovered panic. Stack is
+// for logs; the model only sees the value.
+type PanicError struct {
+	Value any
+	Stack []byte
+}
+
+// Error implements error.
+func (e *PanicError) Error() string { return fmt.Sprintf("panic: %v", e.Value) }
+
+// ErrInvalidSpec is wrapped by every spec validation error.
+var ErrInvalidSpec = errors.New("windlass: invalid tool spec")
+
+// ErrUnknownStyle is wrapped by the error of [Spec.Schema] for a style it
+// does not know.
+var ErrUnknownStyle = errors.New("windlass: unknown schema style")

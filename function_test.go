@@ -1,0 +1,106 @@
+package windlass_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/windlass-dev/windlass"
+)
+
+type address struct {
+	City string `json:"city" jsonschema:"description=City name"`
+	Zip  string `json:"zip,omitempty"`
+}
+
+type bookingArgs struct {
+	Guest    string    `json:"guest" jsonschema_description:"Full name of the guest"`
+	Nights   int       `json:"nights" jsonschema:"minimum=1,default=1"`
+	Room     string    `json:"room,omitempty" jsonschema:"enum=single,enum=double"`
+	Address  address   `json:"address"`
+	Previous []address `json:"previous,omitempty"`
+	Arrive   time.Time `json:"arrive,omitzero"`
+	internal int       //nolint:unused // unexported: not part of the schema
+}
+
+func TestFuncSchemaFromStruct(t *testing.T) {
+	t.Parallel()
+	tool, err := windlass.Func("book", func(ctx context.Context, in bookingArgs) (string, error) { return in.Guest, nil },
+		windlass.WithDoc("\n  Book a room.\n\n  Longer text the model does not need.\n"), windlass.WithTimeout(5*time.Second), windlass.WithApproval())
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := tool.Spec()
+	if spec.Description != "Book a room." || spec.Timeout != 5*time.Second || !spec.RequiresApproval {
+		t.Errorf("spec = %+v", spec)
+	}
+	s := mustJSON(t, spec.Parameters)
+	for _, banned := range []string{`"$ref"`, `"$defs"`, `"$schema"`, `"$id"`, `"definitions"`} {
+		if strings.Contains(s, banned) {
+			t.Errorf("schema contains %s: %s", banned, s)
+		}
+	}
+	const want = `{"additionalProperties":false,"properties":{"address":{"additionalProperties":false,"properties":{"city":{"description":"City name","type":"string"},"zip":{"type":"string"}},"required":["city"],"type":"object"},"arrive":{"format":"date-time","type":"string"},"guest":{"description":"Full name of the guest","type":"string"},"nights":{"default":1,"minimum":1,"type":"integer"},"previous":{"items":{"additionalProperties":false,"properties":{"city":{"description":"City name","type":"string"},"zip":{"type":"string"}},"required":["city"],"type":"object"},"type":"array"},"room":{"enum":["single","double"],"type":"string"}},"required":["guest","nights","address"],"type":"object"}`
+	if s != want {
+		t.Errorf("schema =\n%s\nwant\n%s", s, want)
+	}
+}
+
+type node struct {
+	Name     string  `json:"name"`
+	Children []*node `json:"children,omitempty"`
+}
+
+func TestFuncRefusesBadInputTypes(t *testing.T) {
+	t.Parallel()
+	_, err := windlass.Func("tree", func(ctx context.Context, in node) (int, error) { return 0, nil })
+	if err == nil || !errors.Is(err, windlass.ErrInvalidSpec) || !strings.Contains(err.Error(), "recursive") {
+		t.Errorf("recursive input: err = %v", err)
+	}
+	_, err = windlass.Func("num", func(ctx context.Context, in int) (int, error) { return in, nil })
+	if err == nil || !strings.Contains(err.Error(), "must be a struct") {
+		t.Errorf("int input: err = %v", err)
+	}
+	_, err = windlass.Func("bad name", func(ctx context.Context, in struct{}) (int, error) { return 0, nil })
+	if !errors.Is(err, windlass.ErrInvalidSpec) {
+		t.Errorf("bad name: err = %v", err)
+	}
+}
+
+func TestFuncNoArguments(t *testing.T) {
+	t.Parallel()
+	tool := windlass.MustFunc("ping", func(ctx context.Context, _ struct{}) (string, error) { return "pong", nil })
+	if s := mustJSON(t, tool.Spec().Parameters); s != `{"additionalProperties":false,"properties":{},"type":"object"}` {
+		t.Errorf("schema = %s", s)
+	}
+	res, err := windlass.Run(t.Context(), tool, nil)
+	if err != nil || res.Content != "pong" {
+		t.Errorf("Run = %+v, %v", res, err)
+	}
+}
+
+func TestNewToolValidatesArguments(t *testing.T) {
+	t.Parallel()
+	calls := 0
+	tool, err := windlass.NewTool(weatherSpec(), func(ctx context.Context, args json.RawMessage) (any, error) {
+		calls++
+		return map[string]any{"temp": 21}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := windlass.Invoke(t.Context(), tool, windlass.ToolCall{ID: "c1", Arguments: []byte(`{"units":"k"}`)})
+	if !res.IsError || res.Code() != windlass.CodeInvalidArguments || calls != 0 {
+		t.Fatalf("invalid call: %+v (calls %d)", res, calls)
+	}
+	res = windlass.Invoke(t.Context(), tool, windlass.ToolCall{ID: "c2", Arguments: []byte(`{"city":"Oslo"}`)})
+	if res.IsError || res.Content != `{"temp":21}` || calls != 1 {
+		t.Fatalf("valid call: %+v (calls %d)", res, calls)
+	}
+	if _, err := windlass.NewTool(windlass.Spec{Name: "x", Parameters: map[string]any{"type": "object", "properties": map[string]any{"a": map[string]any{"type": "nonsense"}}}}, func(context.Context, json.RawMessage) (any, error) { return nil, nil }); !errors.Is(err, windlass.ErrInvalidSpec) {
+		t.Errorf("invalid schema: err = %v", err)
+	}
+}

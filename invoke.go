@@ -1,0 +1,197 @@
+package windlass
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"runtime/debug"
+	"time"
+)
+
+// errToolTimeout is the cancel cause Invoke sets when the tool's own timeout
+// (or the call's deadline) passes, to tell it apart from the caller's context.
+var errToolTimeout = errors.New("windlass: tool timed out")
+
+// Invoke runs a model-issued call of tool and wraps the outcome. It never
+// fails: an error, a timeout, a canceled ctx or a panic becomes a result with
+// IsError set, an error code and a message the model can act on, because the
+// agent must hand the failure back to the model rather than stop.
+//
+// The tool's context ends at the earlier of the tool's timeout (per attempt)
+// and call.Deadline, and carries the [CallInfo]. A tool that ignores its
+// context still fails the call on time: Invoke returns and the tool's
+// goroutine is left to finish on its own. Invoke is safe for concurrent use.
+func Invoke(ctx context.Context, tool Tool, call ToolCall) ToolResult {
+	started := time.Now()
+	spec := tool.Spec().WithDefaults()
+	if call.Name == "" {
+		call.Name = spec.Name
+	}
+	if call.Attempt == 0 {
+		call.Attempt = 1
+	}
+	if len(call.Arguments) == 0 {
+		call.Arguments = json.RawMessage("{}")
+	}
+
+	budget := spec.Timeout
+	byDeadline := false
+	if !call.Deadline.IsZero() {
+		if left := time.Until(call.Deadline); left < budget {
+			budget, byDeadline = left, true
+		}
+	}
+	if budget <= 0 {
+		return finish(ErrorResult(call, CodeTimeout, timeoutText(spec.Name, 0, byDeadline)), started)
+	}
+
+	runCtx, cancel := context.WithTimeoutCause(ctx, budget, errToolTimeout)
+	defer cancel()
+	runCtx = ContextWithCallInfo(runCtx, CallInfo{
+		ID: call.ID, Name: call.Name, Attempt: call.Attempt, Deadline: call.Deadline, Metadata: call.Metadata,
+	})
+
+	type outcome struct {
+		value any
+		err   error
+	}
+	done := make(chan outcome, 1) // buffered: a hung tool that returns late never blocks
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				done <- outcome{err: &PanicError{Value: p, Stack: debug.Stack()}}
+			}
+		}()
+		v, err := tool.Call(runCtx, call.Arguments)
+		done <- outcome{value: v, err: err}
+	}()
+
+	var out outcome
+	select {
+	case out = <-done:
+	case <-runCtx.Done():
+		out.err = runCtx.Err()
+	}
+	if out.err == nil {
+		text, data := encodeValue(out.value)
+		return finish(ToolResult{CallID: call.ID, Name: call.Name, Content: text, Data: data, Attempt: call.Attempt}, started)
+	}
+	// A tool that returns its context's error is reporting the context's end:
+	// classify it by why the context ended.
+	if runCtx.Err() != nil && (errors.Is(out.err, context.Canceled) || errors.Is(out.err, context.DeadlineExceeded)) {
+		if context.Cause(runCtx) == errToolTimeout || errors.Is(context.Cause(runCtx), context.DeadlineExceeded) {
+			return finish(ErrorResult(call, CodeTimeout, timeoutText(spec.Name, budget, byDeadline)), started)
+		}
+		return finish(ErrorResult(call, CodeCanceled, canceledText(spec.Name, context.Cause(runCtx))), started)
+	}
+	return finish(failure(call, spec.Name, out.err), started)
+}
+
+func finish(r ToolResult, started time.Time) ToolResult {
+	r.DurationMS = float64(time.Since(started).Microseconds()) / 1000
+	return r
+}
+
+// failure maps a tool's error to its result.
+func failure(call ToolCall, tool string, err error) ToolResult {
+	var (
+		pe *PanicError
+		ae *ArgumentError
+		ce *CallError
+	)
+	switch {
+	case errors.As(err, &pe):
+		slog.Error("windlass: tool panicked", "tool", tool, "call_id", call.ID, "panic", fmt.Sprint(pe.Value), "stack", string(pe.Stack))
+		return ErrorResult(call, CodePanic, fmt.Sprintf("Tool %q panicked: %v", tool, pe.Value))
+	case errors.As(err, &ae):
+		return ErrorResult(call, CodeInvalidArguments, fmt.Sprintf("ArgumentError: %s: %s (rule %q)", ae.Path, ae.Message, ae.Rule))
+	case errors.As(err, &ce):
+		return ErrorResult(call, ce.Code, ce.Message)
+	}
+	return ErrorResult(call, CodeToolError, errorText(err))
+}
+
+// errorText renders an error in the "TypeName: message" style of the
+// reference interface. Errors made by errors.New and fmt.Errorf have no
+// meaningful type name and render as "Error: message".
+func errorText(err error) string {
+	t := reflect.TypeOf(err)
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	name := t.Name()
+	switch {
+	case name == "" || t.PkgPath() == "errors" || t.PkgPath() == "fmt":
+		name = "Error"
+	}
+	return name + ": " + err.Error()
+}
+
+func timeoutText(tool string, budget time.Duration, byDeadline bool) string {
+	if byDeadline {
+		return fmt.Sprintf("Tool %q timed out: the call's deadline passed after %s.", tool, budget.Round(time.Millisecond))
+	}
+	return fmt.Sprintf("Tool %q timed out after %s.", tool, budget)
+}
+
+func canceledText(tool string, cause error) string {
+	if cause == nil || errors.Is(cause, context.Canceled) && cause.Error() == context.Canceled.Error() {
+		return fmt.Sprintf("Tool %q was canceled.", tool)
+	}
+	return fmt.Sprintf("Tool %q was canceled: %v.", tool, cause)
+}
+
+// Run executes tool directly, outside an agent, with args encoded as JSON
+// (a struct, a map, or a json.RawMessage as is). Unlike [Invoke], a failure
+// is returned as an *[ExecutionError] alongside the error result, because
+// there is no model to recover.
+func Run(ctx context.Context, tool Tool, args any) (ToolResult, error) {
+	raw, err := encodeArguments(args)
+	if err != nil {
+		return ToolResult{}, fmt.Errorf("windlass: run %q: encode arguments: %w", tool.Spec().Name, err)
+	}
+	result := Invoke(ctx, tool, ToolCall{ID: NewCallID(), Name: tool.Spec().Name, Arguments: raw})
+	if result.IsError {
+		return result, &ExecutionError{Tool: result.Name, Code: result.Error.Code, Message: result.Content}
+	}
+	return result, nil
+}
+
+func encodeArguments(args any) (json.RawMessage, error) {
+	switch a := args.(type) {
+	case nil:
+		return json.RawMessage("{}"), nil
+	case json.RawMessage:
+		return a, nil
+	case []byte:
+		return a, nil
+	}
+	return json.Marshal(args)
+}
+
+// Description is the JSON-safe summary of a tool returned by [Describe].
+type Description struct {
+	Name             string         `json:"name"`
+	Description      string         `json:"description"`
+	Parameters       map[string]any `json:"parameters"`
+	RequiresApproval bool           `json:"requires_approval"`
+	TimeoutSeconds   float64        `json:"timeout_seconds"`
+	SpecHash         string         `json:"spec_hash"`
+}
+
+// Describe returns a JSON-safe summary of tool: its spec with defaults, its
+// schema and whether it requires approval.
+func Describe(tool Tool) Description {
+	s := tool.Spec().WithDefaults()
+	return Description{
+		Name:             s.Name,
+		Description:      s.Description,
+		Parameters:       normalizeJSON(s.Parameters),
+		RequiresApproval: s.RequiresApproval,
+		TimeoutSeconds:   s.Timeout.Seconds(),
+		SpecHash:         s.Hash(),
+	}
+}

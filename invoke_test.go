@@ -1,0 +1,256 @@
+package windlass_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/windlass-dev/windlass"
+)
+
+// fnTool builds a RawTool around fn with the given timeout.
+func fnTool(t *testing.T, timeout time.Duration, fn windlass.CallFunc) windlass.Tool {
+	t.Helper()
+	tool, err := windlass.NewTool(windlass.Spec{Name: "subject", Timeout: timeout}, fn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tool
+}
+
+func TestInvokeOutcomes(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name     string
+		timeout  time.Duration
+		fn       windlass.CallFunc
+		ctx      func(context.Context) context.Context
+		wantCode windlass.ErrorCode
+		wantText string
+	}{
+		{
+			name:     "success",
+			fn:       func(context.Context, json.RawMessage) (any, error) { return map[string]int{"n": 1}, nil },
+			wantText: `{"n":1}`,
+		},
+		{
+			name:     "plain error",
+			fn:       func(context.Context, json.RawMessage) (any, error) { return nil, errors.New("disk full") },
+			wantCode: windlass.CodeToolError, wantText: "Error: disk full",
+		},
+		{
+			name: "typed error keeps its type name",
+			fn: func(context.Context, json.RawMessage) (any, error) {
+				return nil, &fs.PathError{Op: "open", Path: "/x", Err: fs.ErrNotExist}
+			},
+			wantCode: windlass.CodeToolError, wantText: "PathError: open /x: file does not exist",
+		},
+		{
+			name:    "timeout honoured by the tool",
+			timeout: 50 * time.Millisecond,
+			fn: func(ctx context.Context, _ json.RawMessage) (any, error) {
+				<-ctx.Done()
+				return nil, ctx.Err()
+			},
+			wantCode: windlass.CodeTimeout, wantText: `Tool "subject" timed out after 50ms.`,
+		},
+		{
+			name:     "panic",
+			fn:       func(context.Context, json.RawMessage) (any, error) { panic("boom") },
+			wantCode: windlass.CodePanic, wantText: `Tool "subject" panicked: boom`,
+		},
+		{
+			name: "canceled context",
+			fn: func(ctx context.Context, _ json.RawMessage) (any, error) {
+				<-ctx.Done()
+				return nil, ctx.Err()
+			},
+			ctx: func(ctx context.Context) context.Context {
+				ctx, cancel := context.WithCancel(ctx)
+				cancel()
+				return ctx
+			},
+			wantCode: windlass.CodeCanceled, wantText: `Tool "subject" was canceled.`,
+		},
+		{
+			name: "call error chooses the code",
+			fn: func(context.Context, json.RawMessage) (any, error) {
+				return nil, &windlass.CallError{Code: windlass.CodeNoWorker, Message: "nobody home"}
+			},
+			wantCode: windlass.CodeNoWorker, wantText: "nobody home",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			if tt.ctx != nil {
+				ctx = tt.ctx(ctx)
+			}
+			res := windlass.Invoke(ctx, fnTool(t, tt.timeout, tt.fn), windlass.ToolCall{ID: "c1", Name: "subject"})
+			if res.CallID != "c1" || res.Name != "subject" || res.Attempt != 1 {
+				t.Errorf("envelope = %+v", res)
+			}
+			if res.IsError != (tt.wantCode != "") || res.Code() != tt.wantCode {
+				t.Fatalf("result = %+v, want code %q", res, tt.wantCode)
+			}
+			if res.Content != tt.wantText {
+				t.Errorf("content = %q, want %q", res.Content, tt.wantText)
+			}
+			if res.IsError && (res.Error.Message != res.Content || res.Data != nil) {
+				t.Errorf("error result = %+v: message must equal content and data be empty", res)
+			}
+			if res.DurationMS < 0 || (tt.timeout > 0 && res.DurationMS < float64(tt.timeout.Milliseconds())) {
+				t.Errorf("duration_ms = %v", res.DurationMS)
+			}
+		})
+	}
+}
+
+func TestInvokeHungToolFailsOnTime(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) }) // let the abandoned goroutine end before goleak looks
+	tool := fnTool(t, 30*time.Millisecond, func(context.Context, json.RawMessage) (any, error) {
+		<-release // ignores its context entirely
+		return "too late", nil
+	})
+	start := time.Now()
+	res := windlass.Invoke(t.Context(), tool, windlass.ToolCall{ID: "hung"})
+	if res.Code() != windlass.CodeTimeout {
+		t.Fatalf("result = %+v, want timeout", res)
+	}
+	if el := time.Since(start); el > 2*time.Second {
+		t.Errorf("Invoke took %s for a 30ms timeout", el)
+	}
+}
+
+func TestInvokeCallDeadlineBeatsTimeout(t *testing.T) {
+	t.Parallel()
+	seenc := make(chan time.Time, 2)
+	tool := fnTool(t, time.Hour, func(ctx context.Context, _ json.RawMessage) (any, error) {
+		d, _ := ctx.Deadline()
+		seenc <- d
+		<-ctx.Done()
+		return nil, ctx.Err()
+	})
+	deadline := time.Now().Add(40 * time.Millisecond)
+	res := windlass.Invoke(t.Context(), tool, windlass.ToolCall{ID: "d", Deadline: deadline})
+	if res.Code() != windlass.CodeTimeout || !strings.Contains(res.Content, "deadline") {
+		t.Fatalf("result = %+v", res)
+	}
+	if seen := <-seenc; seen.After(deadline.Add(time.Millisecond)) {
+		t.Errorf("tool's ctx deadline %v is later than the call's %v", seen, deadline)
+	}
+	past := windlass.Invoke(t.Context(), tool, windlass.ToolCall{ID: "p", Deadline: time.Now().Add(-time.Second)})
+	if past.Code() != windlass.CodeTimeout {
+		t.Errorf("past deadline: %+v", past)
+	}
+}
+
+func TestInvokeCallInfoInContext(t *testing.T) {
+	t.Parallel()
+	var got windlass.CallInfo
+	tool := fnTool(t, 0, func(ctx context.Context, _ json.RawMessage) (any, error) {
+		got, _ = windlass.CallInfoFromContext(ctx)
+		return nil, nil
+	})
+	deadline := time.Now().Add(time.Minute)
+	res := windlass.Invoke(t.Context(), tool, windlass.ToolCall{ID: "idem-1", Attempt: 3, Deadline: deadline, Metadata: map[string]string{"user": "u1"}})
+	if res.IsError || res.Content != "null" || string(res.Data) != "null" {
+		t.Fatalf("result = %+v", res)
+	}
+	if got.ID != "idem-1" || got.Attempt != 3 || !got.Deadline.Equal(deadline) || got.Name != "subject" || got.Metadata["user"] != "u1" {
+		t.Errorf("CallInfo = %+v", got)
+	}
+	if _, ok := windlass.CallInfoFromContext(t.Context()); ok {
+		t.Error("CallInfo found in a plain context")
+	}
+}
+
+func TestRunReturnsExecutionError(t *testing.T) {
+	t.Parallel()
+	cause := errors.New("nope")
+	tool := fnTool(t, 0, func(context.Context, json.RawMessage) (any, error) { return nil, cause })
+	res, err := windlass.Run(t.Context(), tool, map[string]any{})
+	var ee *windlass.ExecutionError
+	if !errors.As(err, &ee) || ee.Tool != "subject" || ee.Code != windlass.CodeToolError || !res.IsError {
+		t.Fatalf("Run = %+v, %v", res, err)
+	}
+	if _, err := windlass.Run(t.Context(), tool, make(chan int)); err == nil || !strings.Contains(err.Error(), "encode arguments") {
+		t.Errorf("unencodable args: %v", err)
+	}
+}
+
+func TestDescribe(t *testing.T) {
+	t.Parallel()
+	d := windlass.Describe(fnTool(t, 0, func(context.Context, json.RawMessage) (any, error) { return nil, nil }))
+	b, err := json.Marshal(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"name":"subject","description":"","parameters":{"properties":{},"type":"object"},"requires_approval":false,"timeout_seconds":30,"spec_hash":"` + d.SpecHash + `"}`
+	if string(b) != want || d.SpecHash == "" {
+		t.Errorf("Describe = %s", b)
+	}
+}
+
+func TestToolCallValidate(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name      string
+		call      windlass.ToolCall
+		wantField string
+	}{
+		{name: "ok", call: windlass.ToolCall{ID: "toolu_01A", Name: "x", Arguments: []byte(`{"a":1}`)}},
+		{name: "no id", call: windlass.ToolCall{Name: "x"}, wantField: "id"},
+		{name: "id with space", call: windlass.ToolCall{ID: "a b", Name: "x"}, wantField: "id"},
+		{name: "long id", call: windlass.ToolCall{ID: strings.Repeat("a", 129), Name: "x"}, wantField: "id"},
+		{name: "bad name", call: windlass.ToolCall{ID: "a", Name: "x.y"}, wantField: "name"},
+		{name: "array arguments", call: windlass.ToolCall{ID: "a", Name: "x", Arguments: []byte(`[]`)}, wantField: "arguments"},
+		{name: "broken arguments", call: windlass.ToolCall{ID: "a", Name: "x", Arguments: []byte(`{`)}, wantField: "arguments"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			err := tt.call.Validate()
+			if (err != nil) != (tt.wantField != "") || (err != nil && !strings.Contains(err.Error(), tt.wantField)) {
+				t.Errorf("Validate() = %v, want error naming %q", err, tt.wantField)
+			}
+		})
+	}
+	if a, b := windlass.NewCallID(), windlass.NewCallID(); a == b || windlass.ValidateCallID(a) != nil {
+		t.Errorf("NewCallID gave %q and %q", a, b)
+	}
+}
+
+func TestWireJSON(t *testing.T) {
+	t.Parallel()
+	deadline := time.Date(2026, 12, 2, 10, 0, 0, 123456789, time.UTC)
+	call := windlass.ToolCall{ID: "c1", Name: "add", Arguments: json.RawMessage(`{"a":1,"b":2}`), Deadline: deadline, Attempt: 1}
+	b, _ := json.Marshal(call)
+	if string(b) != `{"id":"c1","name":"add","arguments":{"a":1,"b":2},"deadline":"2026-12-02T10:00:00.123456789Z","attempt":1}` {
+		t.Errorf("ToolCall JSON = %s", b)
+	}
+	res := windlass.ToolResult{CallID: "c1", Name: "add", Content: "3", Data: json.RawMessage("3"), DurationMS: 0.5, Worker: "w1", Attempt: 1}
+	b, _ = json.Marshal(res)
+	if string(b) != `{"call_id":"c1","name":"add","content":"3","data":3,"is_error":false,"duration_ms":0.5,"worker":"w1","attempt":1}` {
+		t.Errorf("ToolResult JSON = %s", b)
+	}
+	var n int
+	if err := res.Decode(&n); err != nil || n != 3 {
+		t.Errorf("Decode = %d, %v", n, err)
+	}
+	failed := windlass.ErrorResult(call, windlass.CodeTimeout, "late")
+	b, _ = json.Marshal(failed)
+	if string(b) != `{"call_id":"c1","name":"add","content":"late","is_error":true,"error":{"code":"timeout","message":"late"},"duration_ms":0,"attempt":1}` {
+		t.Errorf("error ToolResult JSON = %s", b)
+	}
+	if !errors.Is(failed.Error, &windlass.CallError{Code: windlass.CodeTimeout}) {
+		t.Error("errors.Is by code failed")
+	}
+}

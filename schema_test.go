@@ -1,0 +1,147 @@
+package windlass_test
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/windlass-dev/windlass"
+)
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func weatherSpec() windlass.Spec {
+	return windlass.Spec{
+		Name:        "get_weather",
+		Description: "Current weather for a city.",
+		Parameters: map[string]any{
+			"$schema":              "https://json-schema.org/draft/2020-12/schema",
+			"type":                 "object",
+			"additionalProperties": false,
+			"properties": map[string]any{
+				"city":  map[string]any{"type": "string", "description": "City name", "minLength": 1},
+				"units": map[string]any{"type": "string", "enum": []string{"c", "f"}, "default": "c"},
+			},
+			"required": []string{"city"},
+		},
+	}
+}
+
+func TestSchemaGolden(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		style windlass.Style
+		want  string
+	}{
+		{windlass.StyleOpenAI, `{"function":{"description":"Current weather for a city.","name":"get_weather","parameters":{"$schema":"https://json-schema.org/draft/2020-12/schema","additionalProperties":false,"properties":{"city":{"description":"City name","minLength":1,"type":"string"},"units":{"default":"c","enum":["c","f"],"type":"string"}},"required":["city"],"type":"object"}},"type":"function"}`},
+		{windlass.StyleAnthropic, `{"description":"Current weather for a city.","input_schema":{"$schema":"https://json-schema.org/draft/2020-12/schema","additionalProperties":false,"properties":{"city":{"description":"City name","minLength":1,"type":"string"},"units":{"default":"c","enum":["c","f"],"type":"string"}},"required":["city"],"type":"object"},"name":"get_weather"}`},
+		{windlass.StyleGemini, `{"description":"Current weather for a city.","name":"get_weather","parameters":{"properties":{"city":{"description":"City name","minLength":1,"type":"string"},"units":{"default":"c","enum":["c","f"],"type":"string"}},"required":["city"],"type":"object"}}`},
+	}
+	for _, tt := range tests {
+		t.Run(string(tt.style), func(t *testing.T) {
+			t.Parallel()
+			got, err := weatherSpec().Schema(tt.style)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s := mustJSON(t, got); s != tt.want {
+				t.Errorf("Schema(%s) =\n%s\nwant\n%s", tt.style, s, tt.want)
+			}
+		})
+	}
+}
+
+func TestSchemaDefaultParameters(t *testing.T) {
+	t.Parallel()
+	got, err := windlass.Spec{Name: "ping", Description: "Ping."}.Schema(windlass.StyleAnthropic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := mustJSON(t, got); s != `{"description":"Ping.","input_schema":{"properties":{},"type":"object"},"name":"ping"}` {
+		t.Errorf("got %s", s)
+	}
+}
+
+func TestSchemaIsACopy(t *testing.T) {
+	t.Parallel()
+	spec := weatherSpec()
+	got, _ := spec.Schema(windlass.StyleAnthropic)
+	got["input_schema"].(map[string]any)["properties"].(map[string]any)["city"] = "mutated"
+	again, _ := spec.Schema(windlass.StyleAnthropic)
+	if mustJSON(t, again) == mustJSON(t, got) {
+		t.Error("mutating a rendered schema changed the spec")
+	}
+}
+
+func TestGeminiStripsNestedKeywords(t *testing.T) {
+	t.Parallel()
+	spec := windlass.Spec{Name: "nested", Parameters: map[string]any{
+		"type": "object", "$defs": map[string]any{"x": map[string]any{}}, "additionalProperties": false,
+		"properties": map[string]any{
+			// A property whose *name* is a stripped keyword must survive.
+			"additionalProperties": map[string]any{"type": "string", "const": "x"},
+			"point": map[string]any{
+				"type": "object", "additionalProperties": false,
+				"properties": map[string]any{"x": map[string]any{"type": "number", "exclusiveMinimum": 0, "minimum": 1}},
+			},
+			"tags": map[string]any{"type": "array", "uniqueItems": true, "items": map[string]any{"type": "string", "$comment": "c", "examples": []string{"a"}}},
+			"either": map[string]any{"anyOf": []any{
+				map[string]any{"type": "string", "contentEncoding": "base64"},
+				map[string]any{"type": "object", "patternProperties": map[string]any{"^a": map[string]any{}}, "properties": map[string]any{"k": map[string]any{"type": "integer", "multipleOf": 2}}},
+			}},
+			"maybe": map[string]any{"type": []any{"string", "null"}},
+			"oneof": map[string]any{"oneOf": []any{map[string]any{"type": "string"}}, "description": "kept"},
+		},
+	}}
+	got, err := spec.Schema(windlass.StyleGemini)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = `{"properties":{"additionalProperties":{"type":"string"},"either":{"anyOf":[{"type":"string"},{"properties":{"k":{"type":"integer"}},"type":"object"}]},"maybe":{"nullable":true,"type":"string"},"oneof":{"description":"kept"},"point":{"properties":{"x":{"minimum":1,"type":"number"}},"type":"object"},"tags":{"items":{"type":"string"},"type":"array"}},"type":"object"}`
+	if s := mustJSON(t, got["parameters"]); s != want {
+		t.Errorf("gemini parameters =\n%s\nwant\n%s", s, want)
+	}
+}
+
+func TestGeminiName(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{"2fa", "-dash"} {
+		_, err := windlass.Spec{Name: name}.Schema(windlass.StyleGemini)
+		if err == nil || !strings.Contains(err.Error(), "must start with a letter or an underscore") || !strings.Contains(err.Error(), name) {
+			t.Errorf("Schema(gemini) for %q = %v, want an error naming Gemini's rule and the name", name, err)
+		}
+		if _, err := (windlass.Spec{Name: name}).Schema(windlass.StyleOpenAI); err != nil {
+			t.Errorf("Schema(openai) for %q = %v: valid fleet name must render for openai", name, err)
+		}
+	}
+	if _, err := (windlass.Spec{Name: "_ok"}).Schema(windlass.StyleGemini); err != nil {
+		t.Errorf("underscore-first name: %v", err)
+	}
+}
+
+func TestUnknownStyle(t *testing.T) {
+	t.Parallel()
+	_, err := windlass.Spec{Name: "x"}.Schema("mistral")
+	if !errors.Is(err, windlass.ErrUnknownStyle) {
+		t.Fatalf("err = %v, want ErrUnknownStyle", err)
+	}
+	for _, s := range []string{"mistral", "openai", "anthropic", "gemini"} {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("error %q does not mention %q", err, s)
+		}
+	}
+	if _, err := windlass.ParseStyle("Gemini"); err != nil {
+		t.Errorf("ParseStyle(Gemini) = %v", err)
+	}
+	if _, err := windlass.ParseStyle("xml"); !errors.Is(err, windlass.ErrUnknownStyle) {
+		t.Errorf("ParseStyle(xml) = %v", err)
+	}
+}

@@ -1,0 +1,149 @@
+package windlass
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"math"
+	"time"
+)
+
+// DefaultTimeout is the per-attempt timeout of a tool whose Spec leaves
+// Timeout zero.
+const DefaultTimeout = 30 * time.Second
+
+// NamePattern is the rule every tool name must match: what the major model
+// providers accept, and safe as a NATS subject token and consumer name.
+const NamePattern = `^[a-zA-Z0-9_-]{1,64}$`
+
+// Spec describes a tool: everything a model, a registry and a worker need to
+// know about it except how it runs. The zero values of Parameters and Timeout
+// mean their defaults; use [Spec.WithDefaults] to see them filled in.
+type Spec struct {
+	// Name is the name the model sees. It must match [NamePattern].
+	Name string
+	// Description is model-facing prompt text: the model picks tools by it.
+	Description string
+	// Parameters is the JSON Schema object of the arguments. Nil means
+	// {"type":"object","properties":{}} (a tool without arguments).
+	Parameters map[string]any
+	// Timeout bounds one attempt of the tool. Zero means [DefaultTimeout].
+	Timeout time.Duration
+	// RequiresApproval makes every call wait for a human's approval before
+	// it runs. Use it for tools that spend money or change the world.
+	RequiresApproval bool
+}
+
+// ValidateName reports whether name is a valid tool name. The error names the
+// rule and quotes the bad name.
+func ValidateName(name string) error {
+	if len(name) == 0 || len(name) > 64 {
+		return fmt.Errorf("%w: name %q must match %s (1 to 64 characters, got %d)", ErrInvalidSpec, name, NamePattern, len(name))
+	}
+	for i := 0; i < len(name); i++ {
+		if !isNameByte(name[i]) {
+			return fmt.Errorf("%w: name %q must match %s (character %q at byte %d is not a letter, digit, '_' or '-')", ErrInvalidSpec, name, NamePattern, rune(name[i]), i)
+		}
+	}
+	return nil
+}
+
+func isNameByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-'
+}
+
+// WithDefaults returns a copy of s with the defaults filled in: the empty
+// object schema for nil Parameters and [DefaultTimeout] for a zero Timeout.
+func (s Spec) WithDefaults() Spec {
+	if s.Parameters == nil {
+		s.Parameters = map[string]any{"type": "object", "properties": map[string]any{}}
+	}
+	if s.Timeout == 0 {
+		s.Timeout = DefaultTimeout
+	}
+	return s
+}
+
+// Validate checks the spec: the name rule, a parameters schema whose type is
+// "object" (what providers require of a function's arguments), and a
+// non-negative timeout. Errors wrap [ErrInvalidSpec] and name the field.
+func (s Spec) Validate() error {
+	if err := ValidateName(s.Name); err != nil {
+		return err
+	}
+	if s.Timeout < 0 {
+		return fmt.Errorf("%w: tool %q: timeout must not be negative, got %s", ErrInvalidSpec, s.Name, s.Timeout)
+	}
+	if s.Parameters != nil {
+		if t, ok := s.Parameters["type"]; !ok || t != "object" {
+			return fmt.Errorf("%w: tool %q: parameters.type must be \"object\", got %v", ErrInvalidSpec, s.Name, t)
+		}
+		if p, ok := s.Parameters["properties"]; ok {
+			if _, isMap := p.(map[string]any); !isMap {
+				return fmt.Errorf("%w: tool %q: parameters.properties must be an object, got %T", ErrInvalidSpec, s.Name, p)
+			}
+		}
+		if _, err := json.Marshal(s.Parameters); err != nil {
+			return fmt.Errorf("%w: tool %q: parameters must be JSON-encodable: %w", ErrInvalidSpec, s.Name, err)
+		}
+	}
+	return nil
+}
+
+// specJSON is the wire form of a Spec: snake_case, timeout in milliseconds.
+type specJSON struct {
+	Name             string         `json:"name"`
+	Description      string         `json:"description"`
+	Parameters       map[string]any `json:"parameters"`
+	TimeoutMS        int64          `json:"timeout_ms"`
+	RequiresApproval bool           `json:"requires_approval"`
+}
+
+// MarshalJSON encodes the spec with its defaults filled in, in the form
+// PROTOCOL.md documents (timeout as timeout_ms).
+func (s Spec) MarshalJSON() ([]byte, error) {
+	d := s.WithDefaults()
+	return json.Marshal(specJSON{
+		Name:             d.Name,
+		Description:      d.Description,
+		Parameters:       d.Parameters,
+		TimeoutMS:        d.Timeout.Milliseconds(),
+		RequiresApproval: d.RequiresApproval,
+	})
+}
+
+// UnmarshalJSON decodes the form written by MarshalJSON.
+func (s *Spec) UnmarshalJSON(b []byte) error {
+	var w specJSON
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	if w.TimeoutMS < 0 || w.TimeoutMS > math.MaxInt64/int64(time.Millisecond) {
+		return fmt.Errorf("%w: timeout_ms out of range: %d", ErrInvalidSpec, w.TimeoutMS)
+	}
+	*s = Spec{
+		Name:             w.Name,
+		Description:      w.Description,
+		Parameters:       w.Parameters,
+		Timeout:          time.Duration(w.TimeoutMS) * time.Millisecond,
+		RequiresApproval: w.RequiresApproval,
+	}
+	return nil
+}
+
+// Hash returns a short, stable fingerprint of everything in the spec a model
+// or a worker depends on (name, description, parameters, timeout, approval):
+// the hex SHA-256 of its canonical JSON, truncated to 16 bytes. Two specs with
+// the same hash are interchangeable; the fleet uses it to detect a caller
+// and a worker that disagree on a tool's schema.
+func (s Spec) Hash() string {
+	b, err := s.MarshalJSON() // map keys are sorted: canonical
+	if err != nil {
+		// Unencodable parameters fail Validate; hash what is left so the
+		// result is still deterministic.
+		b = []byte(fmt.Sprintf("unencodable:%s:%v", s.Name, err))
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:16])
+}
