@@ -1,0 +1,36 @@
+# Windlass fleet — developer commands. `make help` lists them.
+GO          ?= go
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+TEST_FLAGS  ?= -race -count=1 -timeout 30m
+
+.PHONY: help test lint fmt-check vet deps dev bench
+
+help: ## list the targets
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  %-10s %s\n", $$1, $$2}'
+
+test: deps fmt-check vet ## gofmt check, go vet and every test with the race detector (installs redis-server if absent)
+	$(GO) test $(TEST_FLAGS) ./...
+
+deps: ## install Debian's redis-server when it is not on PATH (the tests start their own on free ports)
+	@command -v redis-server >/dev/null 2>&1 || { \
+		echo "redis-server not found: installing Debian's redis-server"; \
+		SUDO=; [ "$$(id -u)" -eq 0 ] || SUDO=sudo; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq redis-server; \
+	}
+	@redis-server --version
+
+fmt-check: ## fail when gofmt would change a file
+	@out=$$(gofmt -l .); \
+	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+
+vet: ## go vet ./...
+	$(GO) vet ./...
+
+lint: fmt-check vet ## gofmt, go vet and staticcheck
+	$(GO) run $(STATICCHECK) ./...
+
+dev: ## run the whole fleet in one process on its embedded default
+	$(GO) run ./cmd/windlass dev
+
+bench: ## the Go benchmarks of integration/ (fleet beside raw NATS), 5 runs each
+	$(GO) test -run '^$$' -bench . -benchtime 2s -count 5 ./integration/

@@ -1,0 +1,171 @@
+// Package layout is the one place that names the fleet's NATS subjects,
+// JetStream streams, consumers and headers, and defines the streams'
+// configuration. Every other package builds names through it; PROTOCOL.md
+// documents the result for implementations in other languages.
+//
+// Only tool names (already restricted to [a-zA-Z0-9_-]) and ids this process
+// generated are spliced into subjects. A call id, which callers choose, never
+// is: results are addressed by [CallToken], a hash of the id.
+package layout
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Stream names.
+const (
+	CallsStream     = "WINDLASS_CALLS"
+	ResultsStream   = "WINDLASS_RESULTS"
+	ApprovalsStream = "WINDLASS_APPROVALS"
+)
+
+// Subject roots.
+const (
+	callPrefix     = "windlass.call."
+	resultPrefix   = "windlass.result."
+	approvalPrefix = "windlass.approval."
+)
+
+// Header names on call and result messages.
+const (
+	// HeaderOrigin carries the id of the dispatcher instance that accepts
+	// the call's result: the result goes to ResultSubject(origin, call id).
+	HeaderOrigin = "Windlass-Origin"
+	// HeaderProtocol carries the protocol version of the message body.
+	HeaderProtocol = "Windlass-Protocol"
+)
+
+// CallSubject is the subject a tool's calls are published on.
+func CallSubject(tool string) string { return callPrefix + tool }
+
+// CallSubjects is the calls stream's subject filter.
+const CallSubjects = callPrefix + "*"
+
+// ApprovalSubject is the subject a gated tool's calls are published on, for
+// the approval service.
+func ApprovalSubject(tool string) string { return approvalPrefix + tool }
+
+// ApprovalSubjects is the approvals stream's subject filter.
+const ApprovalSubjects = approvalPrefix + "*"
+
+// ResultSubject is the subject of one call's result: the origin dispatcher's
+// id, then the call's token. A dispatcher subscribes to
+// ResultInbox(origin) and so receives its own results and nobody else's.
+func ResultSubject(origin, callID string) string {
+	return resultPrefix + origin + "." + CallToken(callID)
+}
+
+// ResultInbox is the subscription that receives every result for origin.
+func ResultInbox(origin string) string { return resultPrefix + origin + ".*" }
+
+// ResultByCall matches one call's result whatever its origin, for fetching
+// it from the results stream on any dispatcher instance.
+func ResultByCall(callID string) string { return resultPrefix + "*." + CallToken(callID) }
+
+// ResultSubjects is the results stream's subject filter.
+const ResultSubjects = resultPrefix + "*.*"
+
+// CallToken is the subject token of a call id: the hex of the first 16
+// bytes of its SHA-256. Call ids may hold '.', '*' or '>', tokens cannot.
+func CallToken(callID string) string {
+	sum := sha256.Sum256([]byte(callID))
+	return hex.EncodeToString(sum[:16])
+}
+
+// ConsumerName is the durable pull consumer shared by every worker of tool.
+func ConsumerName(tool string) string { return "tool-" + tool }
+
+// ResultMsgID is the Nats-Msg-Id of a call's result: a second result for the
+// same call inside the duplicate window is dropped by the stream.
+func ResultMsgID(callID string) string { return "result:" + callID }
+
+// StreamOptions tune the streams for a deployment.
+type StreamOptions struct {
+	// Replicas of each stream; 0 means 1 (dev). Use 3 on a 3-node cluster.
+	Replicas int
+	// ResultsMaxAge is how long results stay fetchable; 0 means 24h.
+	ResultsMaxAge time.Duration
+	// Duplicates is the duplicate window for call and result ids; 0 means 10m.
+	Duplicates time.Duration
+	// Storage of the streams; the zero value is file storage.
+	Storage jetstream.StorageType
+}
+
+func (o StreamOptions) withDefaults() StreamOptions {
+	if o.Replicas == 0 {
+		o.Replicas = 1
+	}
+	if o.ResultsMaxAge == 0 {
+		o.ResultsMaxAge = 24 * time.Hour
+	}
+	if o.Duplicates == 0 {
+		o.Duplicates = 10 * time.Minute
+	}
+	return o
+}
+
+// CallsConfig is the calls stream: work-queue retention (a message is gone
+// once a worker acks it), deduplicated by call id.
+func CallsConfig(o StreamOptions) jetstream.StreamConfig {
+	o = o.withDefaults()
+	return jetstream.StreamConfig{
+		Name:        CallsStream,
+		Description: "Windlass tool calls, one subject per tool",
+		Subjects:    []string{CallSubjects},
+		Retention:   jetstream.WorkQueuePolicy,
+		Storage:     o.Storage,
+		Replicas:    o.Replicas,
+		Duplicates:  o.Duplicates,
+		Discard:     jetstream.DiscardOld,
+	}
+}
+
+// ResultsConfig is the results stream: kept for ResultsMaxAge so any
+// dispatcher can fetch a result by call id.
+func ResultsConfig(o StreamOptions) jetstream.StreamConfig {
+	o = o.withDefaults()
+	return jetstream.StreamConfig{
+		Name:        ResultsStream,
+		Description: "Windlass tool results, by origin dispatcher and call token",
+		Subjects:    []string{ResultSubjects},
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     o.Storage,
+		Replicas:    o.Replicas,
+		MaxAge:      o.ResultsMaxAge,
+		Duplicates:  o.Duplicates,
+		AllowDirect: true,
+	}
+}
+
+// ApprovalsConfig is the approvals stream: gated calls on their way to the
+// approval service.
+func ApprovalsConfig(o StreamOptions) jetstream.StreamConfig {
+	o = o.withDefaults()
+	return jetstream.StreamConfig{
+		Name:        ApprovalsStream,
+		Description: "Windlass gated calls awaiting the approval service",
+		Subjects:    []string{ApprovalSubjects},
+		Retention:   jetstream.WorkQueuePolicy,
+		Storage:     o.Storage,
+		Replicas:    o.Replicas,
+		Duplicates:  o.Duplicates,
+	}
+}
+
+// EnsureStreams creates each stream, or updates it to cfg when it exists
+// with another configuration. It is idempotent and safe to run from every
+// process that uses the streams.
+func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfgs ...jetstream.StreamConfig) error {
+	for _, cfg := range cfgs {
+		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
+			return fmt.Errorf("layout: ensure stream %s: %w", cfg.Name, err)
+		}
+	}
+	return nil
+}

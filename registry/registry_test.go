@@ -1,0 +1,235 @@
+package registry_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/windlass-dev/windlass"
+	"github.com/windlass-dev/windlass/internal/testserver"
+	"github.com/windlass-dev/windlass/registry"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func spec(name, desc string) windlass.Spec {
+	return windlass.Spec{Name: name, Description: desc}
+}
+
+func newRegistry(t *testing.T, rs *testserver.Redis, ttl time.Duration) *registry.Registry {
+	t.Helper()
+	reg, err := registry.New(registry.Config{Client: rs.Client(t), TTL: ttl, ResyncInterval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reg
+}
+
+func advertise(t *testing.T, reg *registry.Registry, ad registry.Advertisement) *registry.Lease {
+	t.Helper()
+	l, err := reg.Advertise(t.Context(), ad)
+	if err != nil {
+		t.Fatalf("Advertise(%s): %v", ad.WorkerID, err)
+	}
+	t.Cleanup(func() { _ = l.Withdraw(context.Background()) })
+	return l
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, within time.Duration, what string, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > within {
+			t.Fatalf("%s: not within %s", what, within)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+func TestAdvertiseLookupList(t *testing.T) {
+	t.Parallel()
+	reg := newRegistry(t, testserver.StartRedis(t), 0)
+	echo, add := spec("echo", "Echo."), spec("add", "Add.")
+	advertise(t, reg, registry.Advertisement{WorkerID: "w1", Specs: []windlass.Spec{echo, add}})
+	advertise(t, reg, registry.Advertisement{WorkerID: "w2", Specs: []windlass.Spec{echo}})
+
+	info, err := reg.Lookup(t.Context(), "echo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Hash != echo.Hash() || info.Spec.Description != "Echo." || info.Spec.Timeout != windlass.DefaultTimeout {
+		t.Errorf("echo = %+v", info)
+	}
+	if live := info.LiveWorkers(time.Now()); strings.Join(live, ",") != "w1,w2" {
+		t.Errorf("live workers of echo = %v, want w1,w2", live)
+	}
+	list, err := reg.List(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 2 || list[0].Spec.Name != "add" || list[1].Spec.Name != "echo" {
+		t.Errorf("List = %+v", list)
+	}
+	if _, err := reg.Lookup(t.Context(), "missing"); !errors.Is(err, registry.ErrToolNotFound) {
+		t.Errorf("Lookup(missing) = %v, want ErrToolNotFound", err)
+	}
+}
+
+func TestConflictAndRollingReplace(t *testing.T) {
+	t.Parallel()
+	reg := newRegistry(t, testserver.StartRedis(t), 0)
+	v1, v2 := spec("search", "v1"), spec("search", "v2")
+	advertise(t, reg, registry.Advertisement{WorkerID: "old-a", Specs: []windlass.Spec{v1}})
+	advertise(t, reg, registry.Advertisement{WorkerID: "old-b", Specs: []windlass.Spec{v1}})
+
+	_, err := reg.Advertise(t.Context(), registry.Advertisement{WorkerID: "new", Specs: []windlass.Spec{v2}})
+	var conflict *registry.ConflictError
+	if !errors.As(err, &conflict) {
+		t.Fatalf("Advertise(differing spec) = %v, want *ConflictError", err)
+	}
+	if conflict.Tool != "search" || conflict.Hash != v2.Hash() || conflict.LiveHash != v1.Hash() || strings.Join(conflict.Workers, ",") != "old-a,old-b" {
+		t.Errorf("conflict = %+v", conflict)
+	}
+	for _, s := range []string{"old-a", "old-b", v1.Hash(), v2.Hash(), "Replace"} {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("error %q does not mention %q", err, s)
+		}
+	}
+	if info, _ := reg.Lookup(t.Context(), "search"); info.Hash != v1.Hash() || len(info.Workers) != 2 {
+		t.Errorf("a refused advertisement changed the registry: %+v", info)
+	}
+
+	advertise(t, reg, registry.Advertisement{WorkerID: "new", Specs: []windlass.Spec{v2}, Replace: true})
+	info, _ := reg.Lookup(t.Context(), "search")
+	if info.Hash != v2.Hash() || len(info.LiveWorkers(time.Now())) != 3 {
+		t.Errorf("after replace: %+v", info)
+	}
+}
+
+func TestWithdrawAndLapse(t *testing.T) {
+	t.Parallel()
+	rs := testserver.StartRedis(t)
+	reg := newRegistry(t, rs, time.Second)
+	view, err := reg.Watch(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(view.Close)
+	live := func() []string {
+		info, asOf, ok := view.Tool("echo")
+		if !ok {
+			return nil
+		}
+		return info.LiveWorkers(asOf)
+	}
+	has := func(id string) bool { return strings.Contains(","+strings.Join(live(), ",")+",", ","+id+",") }
+
+	graceful := advertise(t, reg, registry.Advertisement{WorkerID: "graceful", Specs: []windlass.Spec{spec("echo", "")}})
+	took := eventually(t, 2*time.Second, "a new worker seen by the view", func() bool { return has("graceful") })
+	t.Logf("new worker seen after %s", took)
+
+	if err := graceful.Withdraw(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Second, "a withdrawn worker dropped", func() bool { return !has("graceful") })
+
+	// A worker that dies never withdraws: its heartbeats stop. Its own
+	// connection to Redis is closed right after it advertised, so every
+	// renewal fails and the lease lapses after the TTL.
+	deadClient := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	deadReg, err := registry.New(registry.Config{Client: deadClient, TTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := advertise(t, deadReg, registry.Advertisement{WorkerID: "dead", Specs: []windlass.Spec{spec("echo", "")}})
+	eventually(t, 2*time.Second, "the doomed worker seen", func() bool { return has("dead") })
+	_ = deadClient.Close()
+	diedAt := time.Now()
+	took = eventually(t, 2*time.Second, "a dead worker dropped", func() bool { return !has("dead") })
+	if since := time.Since(diedAt); since > time.Second+500*time.Millisecond {
+		t.Errorf("dead worker dropped %s after its last heartbeat, TTL is 1s", since)
+	}
+	t.Logf("dead worker dropped after %s", took)
+	if _, err := dead.Status(); err == nil {
+		t.Error("the dead lease reports no error")
+	}
+
+	// Heartbeats keep a lease alive past its TTL.
+	kept := advertise(t, reg, registry.Advertisement{WorkerID: "kept", Specs: []windlass.Spec{spec("echo", "")}})
+	eventually(t, 2*time.Second, "kept seen", func() bool { return has("kept") })
+	time.Sleep(2500 * time.Millisecond) // 2.5 TTLs: only heartbeats keep it
+	if !has("kept") {
+		t.Fatal("a heartbeating worker lapsed")
+	}
+	if renewed, err := kept.Status(); err != nil || time.Since(renewed) > time.Second {
+		t.Errorf("lease status = %s ago, %v", time.Since(renewed), err)
+	}
+}
+
+func TestRedisOutage(t *testing.T) {
+	t.Parallel()
+	rs := testserver.StartRedis(t) // not persistent: a restart loses every key
+	reg := newRegistry(t, rs, time.Second)
+	view, err := reg.Watch(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(view.Close)
+	lease := advertise(t, reg, registry.Advertisement{WorkerID: "w", Specs: []windlass.Spec{spec("echo", "")}})
+	live := func() bool {
+		info, asOf, ok := view.Tool("echo")
+		return ok && info.HasLiveWorker(asOf)
+	}
+	eventually(t, 2*time.Second, "worker seen", live)
+
+	rs.Kill()
+	eventually(t, 3*time.Second, "the view notices the outage", func() bool { return view.Staleness() > 500*time.Millisecond })
+	time.Sleep(1500 * time.Millisecond) // past the TTL: the lease could not be renewed
+	if !live() {
+		t.Fatal("during the outage the view dropped a worker it last saw live")
+	}
+	if _, err := lease.Status(); err == nil {
+		t.Error("the lease reports no error while Redis is down")
+	}
+
+	rs.Restart(t) // empty: the lease must re-advertise by itself
+	eventually(t, 5*time.Second, "the lease re-advertised", func() bool {
+		info, err := reg.Lookup(t.Context(), "echo")
+		return err == nil && info.HasLiveWorker(time.Now())
+	})
+	eventually(t, 2*time.Second, "the view is fresh again", func() bool { return view.Staleness() < 500*time.Millisecond && live() })
+}
+
+func TestConfigAndAdvertisementErrors(t *testing.T) {
+	t.Parallel()
+	if _, err := registry.New(registry.Config{}); err == nil || !strings.Contains(err.Error(), "Client") {
+		t.Errorf("New without a client: %v", err)
+	}
+	rs := testserver.StartRedis(t)
+	if _, err := registry.New(registry.Config{Client: rs.Client(t), TTL: time.Second, HeartbeatInterval: 2 * time.Second}); err == nil || !strings.Contains(err.Error(), "HeartbeatInterval") {
+		t.Errorf("heartbeat longer than TTL: %v", err)
+	}
+	reg := newRegistry(t, rs, 0)
+	tests := []struct {
+		name string
+		ad   registry.Advertisement
+		want string
+	}{
+		{name: "no worker id", ad: registry.Advertisement{Specs: []windlass.Spec{spec("a", "")}}, want: "WorkerID"},
+		{name: "no specs", ad: registry.Advertisement{WorkerID: "w"}, want: "Specs"},
+		{name: "bad tool name", ad: registry.Advertisement{WorkerID: "w", Specs: []windlass.Spec{spec("a.b", "")}}, want: "a.b"},
+		{name: "duplicate tool", ad: registry.Advertisement{WorkerID: "w", Specs: []windlass.Spec{spec("a", ""), spec("a", "")}}, want: "twice"},
+	}
+	for _, tt := range tests {
+		if _, err := reg.Advertise(t.Context(), tt.ad); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: err = %v, want one naming %q", tt.name, err, tt.want)
+		}
+	}
+}
