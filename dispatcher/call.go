@@ -1,0 +1,315 @@
+package dispatcher
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/windlass-dev/windlass"
+	"github.com/windlass-dev/windlass/internal/layout"
+)
+
+// CallOption configures one call.
+type CallOption func(*callOptions)
+
+type callOptions struct {
+	id            string
+	timeout       time.Duration
+	deadline      time.Time
+	metadata      map[string]string
+	specHash      string
+	allowNoWorker bool
+}
+
+// WithCallID sets the call id, for instance the model's own tool-call id,
+// which makes a retried submit idempotent. Default: a new random id.
+func WithCallID(id string) CallOption { return func(o *callOptions) { o.id = id } }
+
+// WithTimeout sets the call's deadline to now plus d.
+func WithTimeout(d time.Duration) CallOption { return func(o *callOptions) { o.timeout = d } }
+
+// WithDeadline sets the call's absolute deadline.
+func WithDeadline(t time.Time) CallOption { return func(o *callOptions) { o.deadline = t } }
+
+// WithMetadata attaches caller metadata (requester, session) to the call.
+func WithMetadata(m map[string]string) CallOption { return func(o *callOptions) { o.metadata = m } }
+
+// WithSpecHash pins the spec version the model saw (from [Dispatcher.Catalog]):
+// a worker with another version answers spec_mismatch instead of running
+// arguments meant for another schema. Default: the version in the
+// dispatcher's view at call time.
+func WithSpecHash(h string) CallOption { return func(o *callOptions) { o.specHash = h } }
+
+// AllowNoWorker queues the call even when no live worker serves the tool;
+// one started before the deadline will run it.
+func AllowNoWorker() CallOption { return func(o *callOptions) { o.allowNoWorker = true } }
+
+// prepared is a call checked and encoded, ready to publish.
+type prepared struct {
+	call    windlass.ToolCall
+	subject string
+	msg     *nats.Msg
+}
+
+// prepare checks a call against the view and encodes it. A refusal is a
+// *windlass.CallError with the code of the result the caller should see.
+func (d *Dispatcher) prepare(ctx context.Context, name string, args any, opts []CallOption) (*prepared, error) {
+	if d.closed.Load() {
+		return nil, ErrClosed
+	}
+	var o callOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	call := windlass.ToolCall{ID: o.id, Name: name, Metadata: o.metadata}
+	if call.ID == "" {
+		call.ID = windlass.NewCallID()
+	} else if err := windlass.ValidateCallID(call.ID); err != nil {
+		return nil, &windlass.CallError{Code: windlass.CodeInvalidCall, Message: err.Error()}
+	}
+	info, asOf, ok := d.view.Tool(name)
+	if !ok {
+		return nil, &windlass.CallError{Code: windlass.CodeUnknownTool, Message: fmt.Sprintf("Unknown tool %q: no worker has ever advertised it.", name)}
+	}
+	if !o.allowNoWorker && !info.HasLiveWorker(asOf) {
+		return nil, &windlass.CallError{Code: windlass.CodeNoWorker, Message: fmt.Sprintf("Tool %q has no live worker right now.", name)}
+	}
+	raw, err := encodeArgs(args)
+	if err != nil {
+		return nil, &windlass.CallError{Code: windlass.CodeInvalidArguments, Message: fmt.Sprintf("arguments: %v", err)}
+	}
+	schema, err := d.schema(info.Spec, info.Hash)
+	if err != nil {
+		return nil, &windlass.CallError{Code: windlass.CodeUnavailable, Message: err.Error()}
+	}
+	if err := schema.Validate(raw); err != nil {
+		return nil, &windlass.CallError{Code: windlass.CodeInvalidArguments, Message: err.Error()}
+	}
+	call.Arguments = raw
+	call.SpecHash = cmp.Or(o.specHash, info.Hash)
+	call.Deadline = d.deadline(ctx, o, info.Spec.Timeout)
+
+	data, err := json.Marshal(call)
+	if err != nil {
+		return nil, &windlass.CallError{Code: windlass.CodeInvalidArguments, Message: fmt.Sprintf("encode call: %v", err)}
+	}
+	subject := layout.CallSubject(name)
+	if info.Spec.RequiresApproval {
+		subject = layout.ApprovalSubject(name)
+	}
+	msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{
+		nats.MsgIdHdr:         []string{call.ID},
+		layout.HeaderOrigin:   []string{d.cfg.ID},
+		layout.HeaderProtocol: []string{protocolVersion},
+	}}
+	if max := d.cfg.Conn.MaxPayload(); int64(len(data)+headerSize(msg.Header)) > max {
+		return nil, &windlass.CallError{Code: windlass.CodePayloadTooLarge, Message: fmt.Sprintf(
+			"The call to %q is %d bytes encoded, over the NATS server's max payload of %d bytes; send large inputs by reference.", name, len(data)+headerSize(msg.Header), max)}
+	}
+	return &prepared{call: call, subject: subject, msg: msg}, nil
+}
+
+var protocolVersion = fmt.Sprint(windlass.ProtocolVersion)
+
+func headerSize(h nats.Header) int {
+	n := len("NATS/1.0\r\n\r\n")
+	for k, vs := range h {
+		for _, v := range vs {
+			n += len(k) + len(v) + 4
+		}
+	}
+	return n
+}
+
+// deadline picks the call's absolute deadline.
+func (d *Dispatcher) deadline(ctx context.Context, o callOptions, toolTimeout time.Duration) time.Time {
+	switch {
+	case !o.deadline.IsZero():
+		return o.deadline
+	case o.timeout > 0:
+		return time.Now().Add(o.timeout)
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		return dl
+	}
+	return time.Now().Add(toolTimeout + d.cfg.QueueAllowance)
+}
+
+// schema returns the compiled arguments schema of a spec version, compiling
+// it once.
+func (d *Dispatcher) schema(spec windlass.Spec, hash string) (*windlass.ArgumentsSchema, error) {
+	if s, ok := d.schemas.Load(hash); ok {
+		return s.(*windlass.ArgumentsSchema), nil
+	}
+	s, err := windlass.CompileArguments(spec)
+	if err != nil {
+		return nil, fmt.Errorf("dispatcher: tool %q: %w", spec.Name, err)
+	}
+	d.schemas.Store(hash, s)
+	return s, nil
+}
+
+func encodeArgs(args any) (json.RawMessage, error) {
+	switch a := args.(type) {
+	case nil:
+		return json.RawMessage("{}"), nil
+	case json.RawMessage:
+		return a, nil
+	case []byte:
+		return a, nil
+	case string:
+		return json.RawMessage(a), nil
+	}
+	return json.Marshal(args)
+}
+
+// publish sends a prepared call durably; the stream deduplicates by call id.
+func (d *Dispatcher) publish(ctx context.Context, p *prepared) error {
+	if _, err := d.js.PublishMsg(ctx, p.msg); err != nil {
+		return &windlass.CallError{Code: windlass.CodeUnavailable, Message: fmt.Sprintf("The fleet could not accept the call: %v", err)}
+	}
+	return nil
+}
+
+// Call runs a tool in the fleet and waits for its result, at most until the
+// call's deadline. Every outcome the model should see — the tool's result,
+// or a refusal (unknown_tool, no_worker, invalid_arguments,
+// payload_too_large), a timeout, a publish failure (unavailable) — is
+// returned as the result; err is non-nil only with a result that is an
+// error too, when the dispatcher itself failed (closed, unavailable) or ctx
+// ended, so a caller may simply use the result.
+//
+// args is a JSON object: a json.RawMessage, []byte or string of JSON, or any
+// value encoding to an object.
+func (d *Dispatcher) Call(ctx context.Context, name string, args any, opts ...CallOption) (windlass.ToolResult, error) {
+	p, err := d.prepare(ctx, name, args, opts)
+	if err != nil {
+		return refusal(name, err)
+	}
+	ch := make(chan windlass.ToolResult, 1)
+	if _, loaded := d.pending.LoadOrStore(p.call.ID, ch); loaded {
+		return refusal(name, &windlass.CallError{Code: windlass.CodeInvalidCall, Message: fmt.Sprintf("Call %q is already in flight on this dispatcher.", p.call.ID)})
+	}
+	defer d.pending.Delete(p.call.ID)
+	waitCtx, cancel := context.WithDeadline(ctx, p.call.Deadline)
+	defer cancel()
+	if err := d.publish(waitCtx, p); err != nil {
+		return refusal(name, err)
+	}
+	select {
+	case r, ok := <-ch:
+		if !ok {
+			return refusal(name, ErrClosed)
+		}
+		return r, nil
+	case <-waitCtx.Done():
+		return d.timedOut(ctx, p.call)
+	}
+}
+
+// timedOut is the result of a call whose wait ended without a result. The
+// stream is checked once more: the result may have raced the deadline.
+func (d *Dispatcher) timedOut(ctx context.Context, call windlass.ToolCall) (windlass.ToolResult, error) {
+	if ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		r := windlass.ErrorResult(call, windlass.CodeCanceled, fmt.Sprintf("The call to %q was abandoned by its caller.", call.Name))
+		return r, ctx.Err()
+	}
+	fetchCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	if r, err := d.Result(fetchCtx, call.ID); err == nil {
+		return r, nil
+	}
+	return windlass.ErrorResult(call, windlass.CodeTimeout, fmt.Sprintf("Tool %q timed out: no result before the call's deadline (%s).", call.Name, call.Deadline.Format(time.RFC3339Nano))), nil
+}
+
+// refusal turns a pre-publish error into a result (and an error for the
+// dispatcher's own failures).
+func refusal(name string, err error) (windlass.ToolResult, error) {
+	var ce *windlass.CallError
+	if errors.As(err, &ce) {
+		r := windlass.ErrorResult(windlass.ToolCall{Name: name}, ce.Code, ce.Message)
+		if ce.Code == windlass.CodeUnavailable {
+			return r, err
+		}
+		return r, nil
+	}
+	r := windlass.ErrorResult(windlass.ToolCall{Name: name}, windlass.CodeUnavailable, err.Error())
+	return r, err
+}
+
+// Submit publishes a call and returns its id at once, for async and
+// long-running tools. Fetch the result with [Dispatcher.Wait] or
+// [Dispatcher.Result] on any dispatcher instance. A refusal is a
+// *windlass.CallError carrying the result code (unknown_tool, no_worker,
+// invalid_arguments, payload_too_large, unavailable).
+func (d *Dispatcher) Submit(ctx context.Context, name string, args any, opts ...CallOption) (string, error) {
+	p, err := d.prepare(ctx, name, args, opts)
+	if err != nil {
+		return "", err
+	}
+	if err := d.publish(ctx, p); err != nil {
+		return "", err
+	}
+	return p.call.ID, nil
+}
+
+// Result returns a call's result from the results stream, from whichever
+// instance submitted it, or [ErrNoResult] when there is none yet.
+func (d *Dispatcher) Result(ctx context.Context, callID string) (windlass.ToolResult, error) {
+	if err := windlass.ValidateCallID(callID); err != nil {
+		return windlass.ToolResult{}, fmt.Errorf("dispatcher: result: %w", err)
+	}
+	m, err := d.results.GetLastMsgForSubject(ctx, layout.ResultByCall(callID))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return windlass.ToolResult{}, fmt.Errorf("%w: %q", ErrNoResult, callID)
+	}
+	if err != nil {
+		return windlass.ToolResult{}, fmt.Errorf("dispatcher: fetch result of %q: %w", callID, err)
+	}
+	var r windlass.ToolResult
+	if err := json.Unmarshal(m.Data, &r); err != nil {
+		return windlass.ToolResult{}, fmt.Errorf("dispatcher: decode result of %q: %w", callID, err)
+	}
+	return r, nil
+}
+
+// Wait returns a call's result once there is one, on any dispatcher
+// instance, bounded by ctx (or Config.MaxWait when ctx has no deadline).
+func (d *Dispatcher) Wait(ctx context.Context, callID string) (windlass.ToolResult, error) {
+	if err := windlass.ValidateCallID(callID); err != nil {
+		return windlass.ToolResult{}, fmt.Errorf("dispatcher: wait: %w", err)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, d.cfg.MaxWait)
+		defer cancel()
+	}
+	// Subscribe first, then look in the stream: a result published in
+	// between is seen by one or the other. This is the one per-call
+	// subscription, used only to wait for a call submitted elsewhere.
+	live := make(chan *nats.Msg, 1)
+	sub, err := d.cfg.Conn.ChanSubscribe(layout.ResultByCall(callID), live)
+	if err != nil {
+		return windlass.ToolResult{}, fmt.Errorf("dispatcher: wait for %q: %w", callID, err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if r, err := d.Result(ctx, callID); err == nil || !errors.Is(err, ErrNoResult) {
+		return r, err
+	}
+	select {
+	case m := <-live:
+		var r windlass.ToolResult
+		if err := json.Unmarshal(m.Data, &r); err != nil {
+			return windlass.ToolResult{}, fmt.Errorf("dispatcher: decode result of %q: %w", callID, err)
+		}
+		return r, nil
+	case <-ctx.Done():
+		return windlass.ToolResult{}, fmt.Errorf("dispatcher: wait for %q: %w", callID, context.Cause(ctx))
+	}
+}

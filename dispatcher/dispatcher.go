@@ -1,0 +1,163 @@
+package dispatcher
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/windlass-dev/windlass"
+	"github.com/windlass-dev/windlass/internal/layout"
+	"github.com/windlass-dev/windlass/registry"
+)
+
+// Defaults of [Config].
+const (
+	DefaultQueueAllowance = 30 * time.Second
+	DefaultMaxWait        = 15 * time.Minute
+)
+
+// ErrNoResult is returned by [Dispatcher.Result] when the call has no result
+// yet (or none within the results stream's retention).
+var ErrNoResult = errors.New("dispatcher: no result for the call yet")
+
+// ErrClosed is returned by calls on a closed dispatcher.
+var ErrClosed = errors.New("dispatcher: closed")
+
+// Config configures a [Dispatcher]. Zero values mean the documented defaults.
+type Config struct {
+	// Conn is the NATS connection. Required; never closed by the dispatcher.
+	Conn *nats.Conn
+	// Registry is the fleet's registry; the dispatcher watches it. Required.
+	Registry *registry.Registry
+	// ID names this dispatcher instance in result subjects. It must be
+	// unique among live instances. Default: random.
+	ID string
+	// QueueAllowance is added to a tool's timeout to bound a call that has
+	// no deadline of its own: time to wait for a free worker. Default 30s.
+	QueueAllowance time.Duration
+	// MaxWait bounds [Dispatcher.Wait] for a call submitted elsewhere when
+	// ctx has no deadline. Default 15m.
+	MaxWait time.Duration
+	// Replicas of the streams the dispatcher creates when they are missing.
+	// Default 1.
+	Replicas int
+	// Logger receives the dispatcher's logs. Default: discard.
+	Logger *slog.Logger
+}
+
+// Dispatcher submits calls to the fleet and collects their results. It is
+// safe for concurrent use; create one per process and [Dispatcher.Close] it.
+type Dispatcher struct {
+	cfg     Config
+	js      jetstream.JetStream
+	results jetstream.Stream
+	view    *registry.View
+	sub     *nats.Subscription
+
+	pending sync.Map // call id -> chan windlass.ToolResult (buffered 1)
+	schemas sync.Map // spec hash -> *windlass.ArgumentsSchema
+
+	unclaimed atomic.Int64
+	closed    atomic.Bool
+}
+
+// New connects a dispatcher: it ensures the calls, results and approvals
+// streams, reads the registry into memory and subscribes to its results.
+func New(ctx context.Context, cfg Config) (*Dispatcher, error) {
+	switch {
+	case cfg.Conn == nil:
+		return nil, errors.New("dispatcher: Config.Conn is nil: pass a *nats.Conn")
+	case cfg.Registry == nil:
+		return nil, errors.New("dispatcher: Config.Registry is nil: pass a *registry.Registry")
+	case cfg.QueueAllowance < 0 || cfg.MaxWait < 0:
+		return nil, errors.New("dispatcher: Config.QueueAllowance and Config.MaxWait must not be negative")
+	case cfg.ID != "" && windlass.ValidateName(cfg.ID) != nil:
+		return nil, fmt.Errorf("dispatcher: Config.ID %q must match %s (it is a subject token)", cfg.ID, windlass.NamePattern)
+	}
+	cfg.ID = cmp.Or(cfg.ID, "d"+strings.ToLower(rand.Text()[:12]))
+	cfg.QueueAllowance = cmp.Or(cfg.QueueAllowance, DefaultQueueAllowance)
+	cfg.MaxWait = cmp.Or(cfg.MaxWait, DefaultMaxWait)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	js, err := jetstream.New(cfg.Conn)
+	if err != nil {
+		return nil, fmt.Errorf("dispatcher: jetstream: %w", err)
+	}
+	opts := layout.StreamOptions{Replicas: cfg.Replicas}
+	if err := layout.EnsureStreams(ctx, js, layout.CallsConfig(opts), layout.ResultsConfig(opts), layout.ApprovalsConfig(opts)); err != nil {
+		return nil, fmt.Errorf("dispatcher: %w", err)
+	}
+	results, err := js.Stream(ctx, layout.ResultsStream)
+	if err != nil {
+		return nil, fmt.Errorf("dispatcher: results stream: %w", err)
+	}
+	d := &Dispatcher{cfg: cfg, js: js, results: results}
+	d.sub, err = cfg.Conn.Subscribe(layout.ResultInbox(cfg.ID), d.onResult)
+	if err != nil {
+		return nil, fmt.Errorf("dispatcher: subscribe to results: %w", err)
+	}
+	// Results may arrive in bursts from many workers: no slow-consumer drops.
+	_ = d.sub.SetPendingLimits(-1, -1)
+	view, err := cfg.Registry.Watch(ctx)
+	if err != nil {
+		_ = d.sub.Unsubscribe()
+		return nil, fmt.Errorf("dispatcher: %w", err)
+	}
+	d.view = view
+	return d, nil
+}
+
+// ID returns the dispatcher instance's id.
+func (d *Dispatcher) ID() string { return d.cfg.ID }
+
+// Close unsubscribes and stops following the registry. Calls waiting on
+// this instance return ErrClosed.
+func (d *Dispatcher) Close() error {
+	if d.closed.Swap(true) {
+		return nil
+	}
+	err := d.sub.Unsubscribe()
+	d.view.Close()
+	d.pending.Range(func(k, v any) bool {
+		d.pending.Delete(k)
+		close(v.(chan windlass.ToolResult))
+		return true
+	})
+	return err
+}
+
+// Staleness is how long ago the dispatcher's view of the registry was last
+// refreshed; it grows while Redis is unreachable.
+func (d *Dispatcher) Staleness() time.Duration { return d.view.Staleness() }
+
+// Unclaimed counts results received with no caller waiting on this
+// instance: a later execution of a call already answered, or a call whose
+// caller gave up. They stay in the results stream and are otherwise dropped.
+func (d *Dispatcher) Unclaimed() int64 { return d.unclaimed.Load() }
+
+// onResult delivers a result to the caller waiting on this instance.
+func (d *Dispatcher) onResult(m *nats.Msg) {
+	var r windlass.ToolResult
+	if err := json.Unmarshal(m.Data, &r); err != nil {
+		d.cfg.Logger.Warn("dispatcher: undecodable result dropped", "subject", m.Subject, "error", err)
+		return
+	}
+	ch, ok := d.pending.LoadAndDelete(r.CallID)
+	if !ok {
+		d.unclaimed.Add(1)
+		return
+	}
+	ch.(chan windlass.ToolResult) <- r
+}

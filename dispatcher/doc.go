@@ -1,0 +1,21 @@
+// Package dispatcher is the caller's side of the fleet: an agent backend
+// lists the fleet's tools in its model's format, and hands the model's tool
+// calls to a [Dispatcher], which checks them, publishes them onto the NATS
+// subject of the tool and returns the result.
+//
+// A Dispatcher keeps an in-memory view of the registry (it never asks Redis
+// on the path of a call) and one core NATS subscription for the results of
+// its own calls ("windlass.result.<instance>.*"): never one subscription per
+// call, and never other instances' results. Results are also kept in the
+// results stream, so [Dispatcher.Wait] and [Dispatcher.Result] work for a
+// call submitted on any instance — agent backends behind a load balancer.
+//
+// Before publishing, a call is refused with a result error of code
+// unknown_tool, no_worker (unless [AllowNoWorker]), invalid_arguments (naming
+// the field and the rule) or payload_too_large. Calls of a tool that
+// requires approval go to the approval subject instead of the tool's.
+//
+// Every wait is bounded: by the call's deadline ([WithTimeout],
+// [WithDeadline], or the context's deadline), else by the tool's timeout
+// plus Config.QueueAllowance.
+package dispatcher

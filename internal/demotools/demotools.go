@@ -1,0 +1,82 @@
+// Package demotools holds the tools the `windlass dev` and `windlass worker`
+// commands serve out of the box, also used by tests: echo, add, sleep (a
+// long-running tool that honours its context) and transfer_funds (gated:
+// it requires a human's approval).
+package demotools
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/windlass-dev/windlass"
+)
+
+// EchoArgs are the arguments of echo.
+type EchoArgs struct {
+	Text string `json:"text" jsonschema:"description=Text to echo back"`
+}
+
+// AddArgs are the arguments of add.
+type AddArgs struct {
+	A float64 `json:"a" jsonschema:"description=First addend"`
+	B float64 `json:"b" jsonschema:"description=Second addend"`
+}
+
+// SleepArgs are the arguments of sleep.
+type SleepArgs struct {
+	Seconds float64 `json:"seconds" jsonschema:"description=How long to sleep,minimum=0,maximum=3600"`
+}
+
+// TransferArgs are the arguments of transfer_funds.
+type TransferArgs struct {
+	To       string  `json:"to" jsonschema:"description=Recipient account"`
+	Amount   float64 `json:"amount" jsonschema:"description=Amount to send,exclusiveMinimum=0"`
+	Currency string  `json:"currency,omitempty" jsonschema:"enum=EUR,enum=USD,default=EUR"`
+}
+
+// Echo returns its text.
+func Echo() windlass.Tool {
+	return windlass.MustFunc("echo", func(ctx context.Context, in EchoArgs) (string, error) {
+		return in.Text, nil
+	}, windlass.WithDescription("Echo the given text back."))
+}
+
+// Add returns a+b.
+func Add() windlass.Tool {
+	return windlass.MustFunc("add", func(ctx context.Context, in AddArgs) (float64, error) {
+		return in.A + in.B, nil
+	}, windlass.WithDescription("Add two numbers."))
+}
+
+// Sleep sleeps for the given seconds, or until its context ends.
+func Sleep() windlass.Tool {
+	return windlass.MustFunc("sleep", func(ctx context.Context, in SleepArgs) (string, error) {
+		d := time.Duration(in.Seconds * float64(time.Second))
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			return fmt.Sprintf("slept %s", d), nil
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	}, windlass.WithDescription("Sleep for a number of seconds (a long-running tool)."), windlass.WithTimeout(time.Hour))
+}
+
+// TransferFunds pretends to send money; every call needs approval.
+func TransferFunds() windlass.Tool {
+	return windlass.MustFunc("transfer_funds", func(ctx context.Context, in TransferArgs) (string, error) {
+		info, _ := windlass.CallInfoFromContext(ctx)
+		cur := in.Currency
+		if cur == "" {
+			cur = "EUR"
+		}
+		return fmt.Sprintf("sent %.2f %s to %s (transfer %s)", in.Amount, cur, in.To, info.ID), nil
+	}, windlass.WithDescription("Send money to an account. Requires a human's approval."), windlass.WithApproval())
+}
+
+// All returns every demo tool.
+func All() []windlass.Tool {
+	return []windlass.Tool{Echo(), Add(), Sleep(), TransferFunds()}
+}

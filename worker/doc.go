@@ -1,0 +1,39 @@
+// Package worker runs a process's pool of tools for the fleet: it pulls the
+// calls of its tools from JetStream, runs each through [windlass.Invoke]
+// under its deadline, publishes the result durably and only then acks the
+// call, and advertises its tools in the registry while it runs.
+//
+// # Consumers and capacity
+//
+// Every tool has one durable pull consumer on the calls stream
+// (layout.ConsumerName: "tool-<name>"), shared by every worker of the tool:
+// starting another worker adds capacity. Concurrency is bounded per tool
+// ([WithConcurrency]) and per process (Config.MaxConcurrency).
+//
+// # Deadlines
+//
+// Three bounds, in the taxonomy of durable-execution systems:
+//   - schedule-to-close: the call's Deadline, set by the caller; a call
+//     already past it when pulled is answered timeout without running;
+//   - start-to-close: the tool's Spec.Timeout, per attempt;
+//   - schedule-to-start: an optional bound on time spent queued
+//     ([WithMaxQueueWait]); a call that waited longer is answered timeout.
+//
+// The tool's context ends at the earlier of the first two. While a call runs
+// the worker sends in-progress acks every AckWait/3, so a long call is not
+// redelivered while its worker lives.
+//
+// # Acks
+//
+// One function, settle, maps an outcome onto JetStream: a result (success or
+// error) is published to the results stream and then the call is acked; a
+// malformed message is answered when its id can be read and terminated; a
+// call interrupted by shutdown is nacked so another worker runs it.
+//
+// # Shutdown
+//
+// When the context given to [Worker.Run] ends, the worker stops pulling
+// (calls it had buffered but not started are nacked for other workers), lets
+// running calls finish within Config.ShutdownGrace, then cancels the rest
+// (they are nacked and redelivered), and withdraws from the registry.
+package worker

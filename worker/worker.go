@@ -1,0 +1,321 @@
+package worker
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/windlass-dev/windlass"
+	"github.com/windlass-dev/windlass/internal/layout"
+	"github.com/windlass-dev/windlass/registry"
+)
+
+// Defaults of [Config].
+const (
+	DefaultMaxConcurrency  = 1024
+	DefaultToolConcurrency = 256
+	DefaultAckWait         = 30 * time.Second
+	DefaultMaxDeliver      = 5
+	DefaultShutdownGrace   = 25 * time.Second
+)
+
+// Config configures a [Worker]. Zero values mean the documented defaults.
+type Config struct {
+	// JetStream is the client the worker pulls calls and publishes results
+	// with. Required. The worker never closes its connection.
+	JetStream jetstream.JetStream
+	// Registry is where the worker advertises its tools. Nil runs the
+	// worker without advertising (dispatchers will not route to it).
+	Registry *registry.Registry
+	// ID names the worker in the registry and in results. Default
+	// "<hostname>-<pid>-<random>".
+	ID string
+	// MaxConcurrency bounds the calls running at once in this process,
+	// across tools. Default 1024.
+	MaxConcurrency int
+	// AckWait is how long JetStream waits for an ack (or an in-progress
+	// signal) before redelivering a call. Default 30s.
+	AckWait time.Duration
+	// MaxDeliver bounds the deliveries of one call. Default 5.
+	MaxDeliver int
+	// ShutdownGrace is how long running calls may finish after Run's
+	// context ends. Default 25s (under a typical 30s termination grace).
+	ShutdownGrace time.Duration
+	// Replace advertises this worker's specs even when live workers
+	// advertise different ones (a rolling upgrade).
+	Replace bool
+	// Replicas of the streams the worker creates when they are missing.
+	// Default 1; use 3 on a three-node cluster.
+	Replicas int
+	// Logger receives the worker's logs. Default: discard.
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.ID == "" {
+		host, _ := os.Hostname()
+		c.ID = cmp.Or(sanitizeID(host), "worker") + "-" + strconv.Itoa(os.Getpid()) + "-" + rand.Text()[:6]
+	}
+	c.MaxConcurrency = cmp.Or(c.MaxConcurrency, DefaultMaxConcurrency)
+	c.AckWait = cmp.Or(c.AckWait, DefaultAckWait)
+	c.MaxDeliver = cmp.Or(c.MaxDeliver, DefaultMaxDeliver)
+	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, DefaultShutdownGrace)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.JetStream == nil:
+		return errors.New("worker: Config.JetStream is nil: pass jetstream.New(nc)")
+	case c.MaxConcurrency < 0:
+		return fmt.Errorf("worker: Config.MaxConcurrency must not be negative, got %d", c.MaxConcurrency)
+	case c.AckWait < 0 || (c.AckWait > 0 && c.AckWait < 300*time.Millisecond):
+		return fmt.Errorf("worker: Config.AckWait must be at least 300ms (in-progress acks go every AckWait/3), got %s", c.AckWait)
+	case c.MaxDeliver < 0:
+		return fmt.Errorf("worker: Config.MaxDeliver must not be negative, got %d", c.MaxDeliver)
+	case c.ShutdownGrace < 0:
+		return fmt.Errorf("worker: Config.ShutdownGrace must not be negative, got %s", c.ShutdownGrace)
+	}
+	return nil
+}
+
+// sanitizeID keeps the characters that are safe in a worker id.
+func sanitizeID(s string) string {
+	b := []byte(s)
+	out := b[:0]
+	for _, c := range b {
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' {
+			out = append(out, c)
+		}
+	}
+	return string(out)
+}
+
+// ToolOption configures one registered tool.
+type ToolOption func(*toolConfig)
+
+type toolConfig struct {
+	concurrency  int
+	maxQueueWait time.Duration
+}
+
+// WithConcurrency bounds the calls of this tool running at once in this
+// worker. Default 256.
+func WithConcurrency(n int) ToolOption { return func(c *toolConfig) { c.concurrency = n } }
+
+// WithMaxQueueWait bounds how long a call may wait in the queue before it
+// starts (schedule-to-start). A call that waited longer is answered timeout
+// without running. Zero (the default) means no bound beyond the deadline.
+func WithMaxQueueWait(d time.Duration) ToolOption { return func(c *toolConfig) { c.maxQueueWait = d } }
+
+// registered is a tool with its settings and derived values.
+type registered struct {
+	tool windlass.Tool
+	spec windlass.Spec
+	hash string
+	cfg  toolConfig
+}
+
+// Worker pulls and runs the calls of its registered tools. Register every
+// tool before Run; a Worker runs once.
+type Worker struct {
+	cfg Config
+
+	mu      sync.Mutex
+	tools   map[string]*registered
+	order   []string
+	started bool
+
+	slots chan struct{} // process-wide concurrency
+	stats stats
+}
+
+// New returns a worker configured by cfg.
+func New(cfg Config) (*Worker, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	return &Worker{cfg: cfg, tools: map[string]*registered{}, slots: make(chan struct{}, cfg.MaxConcurrency)}, nil
+}
+
+// ID returns the worker's id.
+func (w *Worker) ID() string { return w.cfg.ID }
+
+// Register adds a tool. It fails for an invalid spec, a name registered
+// twice, or after Run has started.
+func (w *Worker) Register(tool windlass.Tool, opts ...ToolOption) error {
+	spec := tool.Spec()
+	if err := spec.Validate(); err != nil {
+		return fmt.Errorf("worker: register: %w", err)
+	}
+	spec = spec.WithDefaults()
+	cfg := toolConfig{concurrency: DefaultToolConcurrency}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.concurrency <= 0 || cfg.maxQueueWait < 0 {
+		return fmt.Errorf("worker: register %q: concurrency must be positive and max queue wait not negative", spec.Name)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.started {
+		return fmt.Errorf("worker: register %q: the worker is already running", spec.Name)
+	}
+	if _, dup := w.tools[spec.Name]; dup {
+		return fmt.Errorf("worker: register %q: a tool of that name is already registered", spec.Name)
+	}
+	w.tools[spec.Name] = &registered{tool: tool, spec: spec, hash: spec.Hash(), cfg: cfg}
+	w.order = append(w.order, spec.Name)
+	return nil
+}
+
+// Run serves the registered tools until ctx ends, then shuts down as the
+// package doc describes. It returns nil after a clean shutdown, or the error
+// that kept it from starting (streams, consumers, a registry conflict).
+func (w *Worker) Run(ctx context.Context) error {
+	w.mu.Lock()
+	if w.started {
+		w.mu.Unlock()
+		return errors.New("worker: Run called twice")
+	}
+	w.started = true
+	tools := make([]*registered, 0, len(w.order))
+	for _, n := range w.order {
+		tools = append(tools, w.tools[n])
+	}
+	w.mu.Unlock()
+	if len(tools) == 0 {
+		return errors.New("worker: no tools registered")
+	}
+	log := w.cfg.Logger.With("worker", w.cfg.ID)
+
+	js := w.cfg.JetStream
+	opts := layout.StreamOptions{Replicas: w.cfg.Replicas}
+	if err := layout.EnsureStreams(ctx, js, layout.CallsConfig(opts), layout.ResultsConfig(opts)); err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	consumers := make([]jetstream.Consumer, len(tools))
+	for i, t := range tools {
+		c, err := js.CreateOrUpdateConsumer(ctx, layout.CallsStream, jetstream.ConsumerConfig{
+			Durable:       layout.ConsumerName(t.spec.Name),
+			Description:   "Windlass workers of tool " + t.spec.Name,
+			FilterSubject: layout.CallSubject(t.spec.Name),
+			AckPolicy:     jetstream.AckExplicitPolicy,
+			AckWait:       w.cfg.AckWait,
+			MaxDeliver:    w.cfg.MaxDeliver,
+			MaxAckPending: 20000,
+		})
+		if err != nil {
+			return fmt.Errorf("worker: ensure consumer for tool %q: %w", t.spec.Name, err)
+		}
+		consumers[i] = c
+	}
+
+	var lease *registry.Lease
+	if w.cfg.Registry != nil {
+		specs := make([]windlass.Spec, len(tools))
+		for i, t := range tools {
+			specs[i] = t.spec
+		}
+		var err error
+		lease, err = w.cfg.Registry.Advertise(ctx, registry.Advertisement{WorkerID: w.cfg.ID, Specs: specs, Replace: w.cfg.Replace})
+		if err != nil {
+			return fmt.Errorf("worker: advertise: %w", err)
+		}
+	}
+	log.InfoContext(ctx, "worker: serving", "tools", w.order)
+
+	// Tools run under runCtx, which outlives ctx by the shutdown grace.
+	runCtx, stopTools := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer stopTools(nil)
+	var pullers, calls sync.WaitGroup
+	for i, t := range tools {
+		pullers.Go(func() { w.pull(ctx, runCtx, consumers[i], t, &calls, log) })
+	}
+
+	<-ctx.Done()
+	pullers.Wait() // no new calls start after this
+	drained := make(chan struct{})
+	go func() { calls.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(w.cfg.ShutdownGrace):
+		log.Warn("worker: shutdown grace over; canceling running calls", "grace", w.cfg.ShutdownGrace)
+		stopTools(errShutdown)
+		<-drained
+	}
+	if lease != nil {
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := lease.Withdraw(wctx); err != nil {
+			log.Warn("worker: withdraw from the registry failed; the lease will lapse", "error", err)
+		}
+	}
+	log.Info("worker: stopped")
+	return nil
+}
+
+// errShutdown is the cause that ends a running tool's context when the
+// shutdown grace is over.
+var errShutdown = errors.New("worker: shutting down")
+
+// pull feeds one tool's calls to handlers until ctx ends.
+func (w *Worker) pull(ctx, runCtx context.Context, cons jetstream.Consumer, t *registered, calls *sync.WaitGroup, log *slog.Logger) {
+	it, err := cons.Messages(jetstream.PullMaxMessages(min(t.cfg.concurrency, 512)))
+	if err != nil {
+		log.Error("worker: cannot pull calls", "tool", t.spec.Name, "error", err)
+		return
+	}
+	toolSlots := make(chan struct{}, t.cfg.concurrency)
+	defer func() {
+		// Hand calls buffered but not started back to the stream at once.
+		it.Drain()
+		for {
+			msg, err := it.Next()
+			if err != nil {
+				return
+			}
+			_ = msg.Nak()
+		}
+	}()
+	for {
+		select {
+		case toolSlots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		msg, err := it.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			<-toolSlots
+			if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				return
+			}
+			log.Warn("worker: pull failed", "tool", t.spec.Name, "error", err)
+			continue
+		}
+		select {
+		case w.slots <- struct{}{}:
+		case <-ctx.Done():
+			<-toolSlots
+			_ = msg.Nak()
+			return
+		}
+		calls.Go(func() {
+			defer func() { <-w.slots; <-toolSlots }()
+			w.handle(runCtx, msg, t, log)
+		})
+	}
+}
