@@ -290,8 +290,10 @@ func (d *Dispatcher) Wait(ctx context.Context, callID string) (windlass.ToolResu
 		ctx, cancel = context.WithTimeout(ctx, d.cfg.MaxWait)
 		defer cancel()
 	}
-	// Subscribe first, then look in the stream: a result published in
-	// between is seen by one or the other. This is the one per-call
+	// Subscribe, then look in the stream, and look again now and then: the
+	// server delivers a result to live subscribers before the stream has
+	// stored it, so a result published just as the subscription starts can
+	// miss the one and not yet be in the other. This is the one per-call
 	// subscription, used only to wait for a call submitted elsewhere.
 	live := make(chan *nats.Msg, 1)
 	sub, err := d.cfg.Conn.ChanSubscribe(layout.ResultByCall(callID), live)
@@ -299,17 +301,23 @@ func (d *Dispatcher) Wait(ctx context.Context, callID string) (windlass.ToolResu
 		return windlass.ToolResult{}, fmt.Errorf("dispatcher: wait for %q: %w", callID, err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	if r, err := d.Result(ctx, callID); err == nil || !errors.Is(err, ErrNoResult) {
-		return r, err
-	}
-	select {
-	case m := <-live:
-		var r windlass.ToolResult
-		if err := json.Unmarshal(m.Data, &r); err != nil {
-			return windlass.ToolResult{}, fmt.Errorf("dispatcher: decode result of %q: %w", callID, err)
+	poll := time.NewTimer(0)
+	defer poll.Stop()
+	for interval := 50 * time.Millisecond; ; interval = min(2*interval, 2*time.Second) {
+		select {
+		case m := <-live:
+			var r windlass.ToolResult
+			if err := json.Unmarshal(m.Data, &r); err != nil {
+				return windlass.ToolResult{}, fmt.Errorf("dispatcher: decode result of %q: %w", callID, err)
+			}
+			return r, nil
+		case <-poll.C:
+			if r, err := d.Result(ctx, callID); err == nil || !errors.Is(err, ErrNoResult) {
+				return r, err
+			}
+			poll.Reset(interval)
+		case <-ctx.Done():
+			return windlass.ToolResult{}, fmt.Errorf("dispatcher: wait for %q: %w", callID, context.Cause(ctx))
 		}
-		return r, nil
-	case <-ctx.Done():
-		return windlass.ToolResult{}, fmt.Errorf("dispatcher: wait for %q: %w", callID, context.Cause(ctx))
 	}
 }

@@ -1,0 +1,74 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/windlass-dev/windlass/dispatcher"
+)
+
+func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("call", "call [flags] TOOL [JSON]", stderr)
+	c := commonFlags(fs)
+	timeout := durationFlag(fs, "timeout", 0, "call deadline (default: the tool's timeout plus a queue allowance)")
+	asJSON := boolFlag(fs, "json", false, "print the whole result as JSON instead of its content")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) < 1 || len(pos) > 2 {
+		fs.Usage()
+		return &exitError{code: 2, err: errors.New("call needs TOOL and optionally a JSON object of arguments")}
+	}
+	name, rawArgs := pos[0], "{}"
+	if len(pos) == 2 {
+		rawArgs = pos[1]
+	}
+	if !json.Valid([]byte(rawArgs)) {
+		return &exitError{code: 2, err: fmt.Errorf("arguments %q are not valid JSON", rawArgs)}
+	}
+	log, err := c.logger(stderr)
+	if err != nil {
+		return err
+	}
+	nc, rc, err := c.connect("call")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	defer rc.Close()
+	reg, err := c.registry(rc, log)
+	if err != nil {
+		return err
+	}
+	d, err := dispatcher.New(ctx, dispatcher.Config{Conn: nc, Registry: reg, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+
+	var opts []dispatcher.CallOption
+	if *timeout > 0 {
+		opts = append(opts, dispatcher.WithTimeout(*timeout))
+	}
+	r, err := d.Call(ctx, name, json.RawMessage(rawArgs), opts...)
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		enc.SetEscapeHTML(false)
+		_ = enc.Encode(r)
+	}
+	if err != nil {
+		return err
+	}
+	if r.IsError {
+		return &exitError{code: 1, err: fmt.Errorf("%s: %s", r.Error.Code, r.Content)}
+	}
+	if !*asJSON {
+		fmt.Fprintln(stdout, r.Content)
+	}
+	return nil
+}

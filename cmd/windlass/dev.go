@@ -1,0 +1,150 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/windlass-dev/windlass/dispatcher"
+	"github.com/windlass-dev/windlass/internal/demotools"
+	"github.com/windlass-dev/windlass/worker"
+)
+
+func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("dev", "dev [flags]", stderr)
+	c := commonFlags(fs)
+	natsPort := intFlag(fs, "nats-port", -1, "port of the embedded NATS server (-1: a free port)")
+	dataDir := stringFlag(fs, "data-dir", "", "JetStream storage directory (default: a temporary directory, removed on exit)")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return &exitError{code: 2, err: fmt.Errorf("%s takes no arguments, got %q", fs.Name(), pos)}
+	}
+	log, err := c.logger(stderr)
+	if err != nil {
+		return err
+	}
+
+	store := *dataDir
+	if store == "" {
+		tmp, err := os.MkdirTemp("", "windlass-dev-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(tmp)
+		store = tmp
+	}
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: *natsPort, JetStream: true, StoreDir: store, NoSigs: true, ServerName: "windlass-dev"})
+	if err != nil {
+		return fmt.Errorf("embedded NATS: %w", err)
+	}
+	ns.Start()
+	defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		return fmt.Errorf("embedded NATS did not start on port %d", *natsPort)
+	}
+	natsURL := ns.ClientURL()
+
+	redisURL, redisNote := *c.redisURL, "(given)"
+	if redisURL == "" {
+		mr := miniredis.NewMiniRedis()
+		if err := mr.StartAddr("127.0.0.1:0"); err != nil {
+			return fmt.Errorf("in-process Redis: %w", err)
+		}
+		defer mr.Close()
+		redisURL, redisNote = "redis://"+mr.Addr()+"/0", "(in-process, memory-only: the registry is lost on exit; pass --redis-url for a real Redis)"
+	}
+	*c.natsURL, *c.redisURL = natsURL, redisURL
+
+	nc, rc, err := c.connect("dev")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	defer rc.Close()
+	reg, err := c.registry(rc, log)
+	if err != nil {
+		return err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	w, err := worker.New(worker.Config{JetStream: js, Registry: reg, ID: "dev-worker", Logger: log, ShutdownGrace: 5 * time.Second})
+	if err != nil {
+		return err
+	}
+	for _, t := range demotools.All() {
+		if err := w.Register(t); err != nil {
+			return err
+		}
+	}
+	workerCtx, stopWorker := context.WithCancel(context.WithoutCancel(ctx))
+	workerDone := make(chan error, 1)
+	go func() { workerDone <- w.Run(workerCtx) }()
+	defer func() { stopWorker(); <-workerDone }()
+
+	d, err := dispatcher.New(ctx, dispatcher.Config{Conn: nc, Registry: reg, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+
+	// Show it working: one call through the fleet before the banner.
+	check, err := selfCheck(ctx, d)
+	if err != nil {
+		return fmt.Errorf("self-check: %w", err)
+	}
+	remove, err := writeDiscovery(discovery{NATSURL: natsURL, RedisURL: redisURL, PID: os.Getpid()})
+	if err != nil {
+		return fmt.Errorf("write %s: %w", discoveryPath(), err)
+	}
+	defer remove()
+
+	fmt.Fprintf(stdout, `Windlass dev fleet is running.
+  NATS      %s (embedded, JetStream in %s)
+  Redis     %s %s
+  worker    %s serving echo, add, sleep, transfer_funds (requires approval)
+  check     add {"a":1,"b":2} -> %s
+  found by  %s
+
+From another terminal:
+  go run ./cmd/windlass call add '{"a":1,"b":2}'
+  go run ./cmd/windlass tools --style anthropic
+
+Press Ctrl-C to stop.
+`, natsURL, store, redisURL, redisNote, w.ID(), check, discoveryPath())
+
+	select {
+	case <-ctx.Done():
+	case err := <-workerDone:
+		workerDone <- err
+		return fmt.Errorf("worker stopped: %w", err)
+	}
+	fmt.Fprintln(stdout, "Stopping.")
+	return nil
+}
+
+// selfCheck waits for the worker to be visible and runs add(1, 2).
+func selfCheck(ctx context.Context, d *dispatcher.Dispatcher) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	for {
+		r, err := d.Call(ctx, "add", map[string]int{"a": 1, "b": 2})
+		if err == nil && !r.IsError {
+			return r.Content, nil
+		}
+		if ctx.Err() != nil {
+			return "", fmt.Errorf("add(1, 2): %s", r.Content)
+		}
+		time.Sleep(50 * time.Millisecond) // the worker is still advertising
+	}
+}

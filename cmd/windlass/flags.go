@@ -1,0 +1,200 @@
+package main
+
+import (
+	"cmp"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/windlass-dev/windlass/registry"
+)
+
+// newFlags returns a flag set whose usage lists each flag's environment
+// variable.
+func newFlags(name, synopsis string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: windlass %s\n\nFlags (each falls back to the environment variable shown):\n", synopsis)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseArgs parses flags wherever they stand among the positional
+// arguments (`call add '{}' --timeout 2s` as well as `call --timeout 2s add
+// '{}'`) and returns the positional ones. "--" ends the flags.
+func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return positional, nil
+		}
+		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			return append(positional, rest...), nil
+		}
+		positional = append(positional, rest[0])
+		args = rest[1:]
+	}
+}
+
+// env names the environment variable of a flag.
+func env(flagName string) string {
+	return "WINDLASS_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+func stringFlag(fs *flag.FlagSet, name, def, usage string) *string {
+	return fs.String(name, cmp.Or(os.Getenv(env(name)), def), usage+" ($"+env(name)+")")
+}
+
+func durationFlag(fs *flag.FlagSet, name string, def time.Duration, usage string) *time.Duration {
+	if v, err := time.ParseDuration(os.Getenv(env(name))); err == nil {
+		def = v
+	}
+	return fs.Duration(name, def, usage+" ($"+env(name)+")")
+}
+
+func intFlag(fs *flag.FlagSet, name string, def int, usage string) *int {
+	if v, err := strconv.Atoi(os.Getenv(env(name))); err == nil {
+		def = v
+	}
+	return fs.Int(name, def, usage+" ($"+env(name)+")")
+}
+
+func boolFlag(fs *flag.FlagSet, name string, def bool, usage string) *bool {
+	if v, err := strconv.ParseBool(os.Getenv(env(name))); err == nil {
+		def = v
+	}
+	return fs.Bool(name, def, usage+" ($"+env(name)+")")
+}
+
+// common are the flags of every command that talks to the fleet.
+type common struct {
+	natsURL, redisURL, prefix *string
+	logLevel, logFormat       *string
+}
+
+func commonFlags(fs *flag.FlagSet) *common {
+	return &common{
+		natsURL:   stringFlag(fs, "nats-url", "", "NATS server URL (default: the running 'windlass dev', else nats://127.0.0.1:4222)"),
+		redisURL:  stringFlag(fs, "redis-url", "", "Redis URL (default: the running 'windlass dev', else redis://127.0.0.1:6379/0)"),
+		prefix:    stringFlag(fs, "redis-prefix", registry.DefaultPrefix, "prefix of the registry's Redis keys"),
+		logLevel:  stringFlag(fs, "log-level", "info", "log level: debug, info, warn, error"),
+		logFormat: stringFlag(fs, "log-format", "text", "log format: text or json"),
+	}
+}
+
+func (c *common) logger(w io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*c.logLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: use debug, info, warn or error", *c.logLevel)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch *c.logFormat {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: use text or json", *c.logFormat)
+}
+
+// endpoints resolves the NATS and Redis URLs: flags and environment first,
+// then the discovery file of a running `windlass dev`, then the standard
+// local ports.
+func (c *common) endpoints() (natsURL, redisURL string) {
+	natsURL, redisURL = *c.natsURL, *c.redisURL
+	if natsURL == "" || redisURL == "" {
+		if dev, err := readDiscovery(); err == nil {
+			natsURL, redisURL = cmp.Or(natsURL, dev.NATSURL), cmp.Or(redisURL, dev.RedisURL)
+		}
+	}
+	return cmp.Or(natsURL, nats.DefaultURL), cmp.Or(redisURL, "redis://127.0.0.1:6379/0")
+}
+
+// connect dials NATS and Redis.
+func (c *common) connect(name string) (*nats.Conn, *redis.Client, error) {
+	natsURL, redisURL := c.endpoints()
+	nc, err := nats.Connect(natsURL, nats.Name("windlass "+name), nats.MaxReconnects(-1))
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect to NATS at %s: %w (start `windlass dev`, or pass --nats-url)", natsURL, err)
+	}
+	opts, err := redis.ParseURL(redisURL)
+	if err != nil {
+		nc.Close()
+		return nil, nil, fmt.Errorf("--redis-url %q: %w", redisURL, err)
+	}
+	return nc, redis.NewClient(opts), nil
+}
+
+func (c *common) registry(rc redis.UniversalClient, log *slog.Logger) (*registry.Registry, error) {
+	return registry.New(registry.Config{Client: rc, Prefix: *c.prefix, Logger: log})
+}
+
+// discovery is what `windlass dev` writes so that commands in another
+// terminal find it without flags.
+type discovery struct {
+	NATSURL  string `json:"nats_url"`
+	RedisURL string `json:"redis_url"`
+	PID      int    `json:"pid"`
+}
+
+// discoveryPath is $WINDLASS_DEV_FILE, else windlass/dev.json in the user's
+// cache directory.
+func discoveryPath() string {
+	if p := os.Getenv("WINDLASS_DEV_FILE"); p != "" {
+		return p
+	}
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		dir = os.TempDir()
+	}
+	return filepath.Join(dir, "windlass", "dev.json")
+}
+
+func readDiscovery() (discovery, error) {
+	var d discovery
+	b, err := os.ReadFile(discoveryPath())
+	if err != nil {
+		return d, err
+	}
+	if err := json.Unmarshal(b, &d); err != nil {
+		return d, err
+	}
+	if d.PID <= 0 || !processAlive(d.PID) {
+		return discovery{}, errors.New("the dev fleet of the discovery file is not running")
+	}
+	return d, nil
+}
+
+func writeDiscovery(d discovery) (remove func(), err error) {
+	p := discoveryPath()
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return nil, err
+	}
+	b, _ := json.MarshalIndent(d, "", "  ")
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		return nil, err
+	}
+	return func() {
+		if cur, err := readDiscovery(); err == nil && cur.PID != os.Getpid() {
+			return // another dev fleet took over the file
+		}
+		_ = os.Remove(p)
+	}, nil
+}

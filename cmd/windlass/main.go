@@ -1,0 +1,86 @@
+// Command windlass runs the parts of the Windlass fleet: one binary, one
+// subcommand per role. Run `windlass help` for the list and
+// `windlass <command> --help` for each command's flags; every flag has an
+// environment variable fallback (WINDLASS_…).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// command is one subcommand.
+type command struct {
+	name, summary string
+	run           func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+}
+
+func commands() []command {
+	return []command{
+		{"dev", "run the whole fleet in one process: embedded NATS, Redis (or in-memory), a dispatcher and demo tools", runDev},
+		{"worker", "serve the demo tools against a NATS and a Redis", runWorker},
+		{"call", "call a tool: windlass call TOOL JSON; prints the content", runCall},
+		{"tools", "list the fleet's live tools in a provider's format", runTools},
+	}
+}
+
+// exitError carries a process exit code.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		var ee *exitError
+		code := 1
+		if errors.As(err, &ee) {
+			code = ee.code
+		}
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "windlass:", err)
+		} else {
+			code = 0
+		}
+		os.Exit(code)
+	}
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		usage(stderr)
+		if len(args) == 0 {
+			return &exitError{code: 2, err: errors.New("no command given")}
+		}
+		return nil
+	}
+	for _, c := range commands() {
+		if c.name == args[0] {
+			return c.run(ctx, args[1:], stdout, stderr)
+		}
+	}
+	usage(stderr)
+	return &exitError{code: 2, err: fmt.Errorf("unknown command %q", args[0])}
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "Usage: windlass <command> [flags]")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Commands:")
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Run 'windlass <command> --help' for a command's flags.")
+}

@@ -1,0 +1,91 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/windlass-dev/windlass"
+	"github.com/windlass-dev/windlass/internal/demotools"
+	"github.com/windlass-dev/windlass/worker"
+)
+
+func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("worker", "worker [flags]", stderr)
+	c := commonFlags(fs)
+	id := stringFlag(fs, "id", "", "worker id (default: host-pid-random)")
+	toolList := stringFlag(fs, "tools", "echo,add,sleep,transfer_funds", "comma-separated demo tools to serve")
+	concurrency := intFlag(fs, "concurrency", worker.DefaultMaxConcurrency, "calls running at once in this process")
+	ackWait := durationFlag(fs, "ack-wait", worker.DefaultAckWait, "JetStream ack wait before a call is redelivered")
+	grace := durationFlag(fs, "shutdown-grace", worker.DefaultShutdownGrace, "time running calls may finish on SIGTERM")
+	replicas := intFlag(fs, "replicas", 1, "replicas of the streams when this worker creates them")
+	replace := boolFlag(fs, "replace", false, "replace differing specs in the registry (rolling upgrade)")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return &exitError{code: 2, err: fmt.Errorf("%s takes no arguments, got %q", fs.Name(), pos)}
+	}
+	log, err := c.logger(stderr)
+	if err != nil {
+		return err
+	}
+	tools, err := pickTools(*toolList)
+	if err != nil {
+		return err
+	}
+	nc, rc, err := c.connect("worker")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	defer rc.Close()
+	reg, err := c.registry(rc, log)
+	if err != nil {
+		return err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	w, err := worker.New(worker.Config{JetStream: js, Registry: reg, ID: *id, MaxConcurrency: *concurrency,
+		AckWait: *ackWait, ShutdownGrace: *grace, Replicas: *replicas, Replace: *replace, Logger: log})
+	if err != nil {
+		return err
+	}
+	for _, t := range tools {
+		if err := w.Register(t); err != nil {
+			return err
+		}
+	}
+	return w.Run(ctx)
+}
+
+func pickTools(list string) ([]windlass.Tool, error) {
+	all := map[string]windlass.Tool{}
+	var names []string
+	for _, t := range demotools.All() {
+		all[t.Spec().Name] = t
+		names = append(names, t.Spec().Name)
+	}
+	var out []windlass.Tool
+	for n := range strings.SplitSeq(list, ",") {
+		n = strings.TrimSpace(n)
+		if n == "" {
+			continue
+		}
+		t, ok := all[n]
+		if !ok {
+			return nil, fmt.Errorf("--tools: unknown demo tool %q (have %s)", n, strings.Join(names, ", "))
+		}
+		out = append(out, t)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("--tools is empty: name at least one of %s", strings.Join(names, ", "))
+	}
+	return out, nil
+}
