@@ -19,13 +19,13 @@ import (
 // fleet is one test's NATS, Redis and registry, with helpers to start
 // workers and dispatchers on them.
 type fleet struct {
-	t     *testing.T
+	t     testing.TB
 	nats  *testserver.NATS
 	redis *testserver.Redis
 	ttl   time.Duration
 }
 
-func newFleet(t *testing.T, opts ...testserver.NATSOptions) *fleet {
+func newFleet(t testing.TB, opts ...testserver.NATSOptions) *fleet {
 	t.Helper()
 	return &fleet{t: t, nats: testserver.StartNATS(t, opts...), redis: testserver.StartRedis(t), ttl: 2 * time.Second}
 }
