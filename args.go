@@ -49,11 +49,12 @@ func CompileArguments(spec Spec) (*ArgumentsSchema, error) {
 	return &ArgumentsSchema{tool: spec.Name, schema: s}, nil
 }
 
-// Validate checks raw arguments against the schema. Empty arguments are {}.
+// Validate checks raw arguments against the schema. Empty or null
+// arguments are {}.
 // A failure is an *[ArgumentError] naming the path and the rule of the first
 // violation (the most specific one when several nested rules fail).
 func (a *ArgumentsSchema) Validate(args json.RawMessage) error {
-	if len(bytes.TrimSpace(args)) == 0 {
+	if noArguments(args) {
 		args = json.RawMessage("{}")
 	}
 	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(args))

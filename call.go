@@ -24,7 +24,7 @@ type ToolCall struct {
 	// Name is the tool's name.
 	Name string `json:"name"`
 	// Arguments is a JSON object matching the tool's parameters schema.
-	// Empty means {}.
+	// Empty or null means {}.
 	Arguments json.RawMessage `json:"arguments"`
 	// Deadline is when the caller stops waiting (schedule-to-close). Zero
 	// means none beyond the tool's own timeout.
@@ -130,12 +130,19 @@ func (c ToolCall) Validate() error {
 	return nil
 }
 
-// isJSONObject reports whether raw is empty or a syntactically valid JSON object.
-func isJSONObject(raw json.RawMessage) bool {
+// noArguments reports whether raw stands for no arguments: empty or null.
+func noArguments(raw json.RawMessage) bool {
 	b := bytes.TrimSpace(raw)
-	if len(b) == 0 {
+	return len(b) == 0 || string(b) == "null"
+}
+
+// isJSONObject reports whether raw is no arguments (see noArguments) or a
+// syntactically valid JSON object.
+func isJSONObject(raw json.RawMessage) bool {
+	if noArguments(raw) {
 		return true
 	}
+	b := bytes.TrimSpace(raw)
 	return b[0] == '{' && json.Valid(b)
 }
 

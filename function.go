@@ -104,7 +104,7 @@ func (t *FuncTool[In, Out]) Call(ctx context.Context, args json.RawMessage) (any
 		return nil, err
 	}
 	var in In
-	if len(args) > 0 {
+	if !noArguments(args) {
 		if err := json.Unmarshal(args, &in); err != nil {
 			return nil, &ArgumentError{Tool: t.spec.Name, Path: "$", Rule: "decode", Message: err.Error()}
 		}

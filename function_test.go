@@ -76,9 +76,11 @@ func TestFuncNoArguments(t *testing.T) {
 	if s := mustJSON(t, tool.Spec().Parameters); s != `{"additionalProperties":false,"properties":{},"type":"object"}` {
 		t.Errorf("schema = %s", s)
 	}
-	res, err := windlass.Run(t.Context(), tool, nil)
-	if err != nil || res.Content != "pong" {
-		t.Errorf("Run = %+v, %v", res, err)
+	for _, args := range []any{nil, json.RawMessage(`null`), json.RawMessage(``), map[string]any{}} {
+		res, err := windlass.Run(t.Context(), tool, args)
+		if err != nil || res.Content != "pong" {
+			t.Errorf("Run(%v) = %+v, %v", args, res, err)
+		}
 	}
 }
 

@@ -33,7 +33,7 @@ func Invoke(ctx context.Context, tool Tool, call ToolCall) ToolResult {
 	if call.Attempt == 0 {
 		call.Attempt = 1
 	}
-	if len(call.Arguments) == 0 {
+	if noArguments(call.Arguments) {
 		call.Arguments = json.RawMessage("{}")
 	}
 

@@ -207,6 +207,7 @@ func TestToolCallValidate(t *testing.T) {
 		wantField string
 	}{
 		{name: "ok", call: windlass.ToolCall{ID: "toolu_01A", Name: "x", Arguments: []byte(`{"a":1}`)}},
+		{name: "null arguments mean none", call: windlass.ToolCall{ID: "a", Name: "x", Arguments: []byte(`null`)}},
 		{name: "no id", call: windlass.ToolCall{Name: "x"}, wantField: "id"},
 		{name: "id with space", call: windlass.ToolCall{ID: "a b", Name: "x"}, wantField: "id"},
 		{name: "long id", call: windlass.ToolCall{ID: strings.Repeat("a", 129), Name: "x"}, wantField: "id"},

@@ -82,5 +82,10 @@ func usage(w io.Writer) {
 		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Every flag falls back to an environment variable named after it: --nats-url")
+	fmt.Fprintln(w, "is $WINDLASS_NATS_URL, --redis-url is $WINDLASS_REDIS_URL. Without either, commands")
+	fmt.Fprintln(w, "find a running 'windlass dev' through its file ($WINDLASS_DEV_FILE), else the")
+	fmt.Fprintln(w, "standard local ports.")
+	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Run 'windlass <command> --help' for a command's flags.")
 }

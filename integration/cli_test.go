@@ -1,0 +1,407 @@
+package integration_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// The README's quick start as a new user runs it, with real processes: the
+// built windlass binary runs `dev` in one process and `call`/`tools` from
+// others, which find it only through the discovery file.
+
+// TestCLIQuickStart builds the binary, starts `windlass dev`, runs the
+// README's commands against it from separate processes, then stops dev with
+// Ctrl-C (SIGINT).
+func TestCLIQuickStart(t *testing.T) {
+	bin := cliBuild(t)
+	devFile := filepath.Join(t.TempDir(), "windlass", "dev.json")
+	tmp := t.TempDir() // dev's default JetStream directory goes here
+	env := append(cliEnv(devFile), "TMPDIR="+tmp)
+
+	dev := cliStartDev(t, bin, env)
+	dev.waitStdout(t, 90*time.Second, "banner and self-check", func(out string) bool {
+		return strings.Contains(out, "Windlass dev fleet is running.") && cliHasLine(out, "check", "-> 3")
+	})
+
+	// The discovery file names dev's own servers, not the standard ports
+	// (which system servers hold on this machine).
+	var disc struct {
+		NATSURL  string `json:"nats_url"`
+		RedisURL string `json:"redis_url"`
+		PID      int    `json:"pid"`
+	}
+	b, err := os.ReadFile(devFile)
+	if err != nil {
+		t.Fatalf("dev's discovery file: %v\ndev stdout:\n%s", err, dev.stdout.String())
+	}
+	if err := json.Unmarshal(b, &disc); err != nil {
+		t.Fatalf("discovery file %s: %v", b, err)
+	}
+	if disc.PID != dev.cmd.Process.Pid {
+		t.Errorf("discovery file pid = %d, dev's pid is %d", disc.PID, dev.cmd.Process.Pid)
+	}
+	for _, u := range []struct{ raw, standard string }{{disc.NATSURL, "4222"}, {disc.RedisURL, "6379"}} {
+		parsed, err := url.Parse(u.raw)
+		if err != nil || parsed.Port() == "" {
+			t.Fatalf("discovery file URL %q: no port (%v)", u.raw, err)
+		}
+		if parsed.Port() == u.standard {
+			t.Errorf("dev listens on the standard port %s (%s), which a system server already holds", u.standard, u.raw)
+		}
+	}
+
+	// The quick start's second terminal: no flags, no URL environment.
+	t.Run("QuickStartAdd", func(t *testing.T) {
+		r := cliRun(t, bin, env, `call`, `add`, `{"a":1,"b":2}`)
+		if r.code != 0 || r.stdout != "3\n" {
+			t.Fatalf("windlass call add: %s; want exit 0 and stdout %q", r, "3\n")
+		}
+	})
+
+	cases := []struct {
+		name string
+		args []string
+		// code is the exit code wanted; -1 means any non-zero code.
+		code int
+		// inStderr must all appear in stderr; inOutput in stdout+stderr.
+		inStderr, inOutput []string
+		stdout             func(t *testing.T, stdout string)
+		within             time.Duration // 0: no bound beyond cliRun's
+	}{
+		{
+			name:     "InvalidArguments",
+			args:     []string{"call", "add", `{"a":"x","b":1}`},
+			code:     -1,
+			inStderr: []string{"invalid_arguments", "$.a"},
+		},
+		{
+			name:     "UnknownTool",
+			args:     []string{"call", "nope"},
+			code:     -1,
+			inStderr: []string{"unknown_tool"},
+		},
+		{
+			name: "EchoJSONFlagAfterPositionals",
+			args: []string{"call", "echo", `{"text":"hi"}`, "--json"},
+			code: 0,
+			stdout: func(t *testing.T, stdout string) {
+				var res struct {
+					Content string `json:"content"`
+					IsError bool   `json:"is_error"`
+				}
+				if err := json.Unmarshal([]byte(stdout), &res); err != nil {
+					t.Fatalf("stdout is not a JSON result: %v\n%s", err, stdout)
+				}
+				if res.Content != "hi" || res.IsError {
+					t.Errorf("result content %q, is_error %v; want \"hi\", false", res.Content, res.IsError)
+				}
+			},
+		},
+		{
+			name: "CallWithoutTool",
+			args: []string{"call"},
+			code: 2,
+		},
+		{
+			name: "ToolsAnthropic",
+			args: []string{"tools", "--style", "anthropic"},
+			code: 0,
+			stdout: func(t *testing.T, stdout string) {
+				var tools []struct {
+					Name        string          `json:"name"`
+					InputSchema json.RawMessage `json:"input_schema"`
+				}
+				if err := json.Unmarshal([]byte(stdout), &tools); err != nil {
+					t.Fatalf("stdout is not a JSON array of tools: %v\n%s", err, stdout)
+				}
+				var names []string
+				for _, tool := range tools {
+					names = append(names, tool.Name)
+					if len(tool.InputSchema) == 0 {
+						t.Errorf("tool %q has no input_schema (anthropic style)", tool.Name)
+					}
+				}
+				for _, want := range []string{"echo", "add", "sleep", "transfer_funds"} {
+					if !slices.Contains(names, want) {
+						t.Errorf("tools --style anthropic lists %q, missing %q", names, want)
+					}
+				}
+			},
+		},
+		{
+			name:     "ToolsUnknownStyle",
+			args:     []string{"tools", "--style", "xml"},
+			code:     -1,
+			inStderr: []string{"openai", "anthropic", "gemini"},
+		},
+		{
+			name:     "SleepTimeout",
+			args:     []string{"call", "sleep", `{"seconds":5}`, "--timeout", "500ms"},
+			code:     -1,
+			inStderr: []string{"timeout"},
+			within:   4 * time.Second, // well before the 5 s sleep would end
+		},
+		{
+			name:     "Help",
+			args:     []string{"--help"},
+			code:     0,
+			inOutput: []string{"WINDLASS_NATS_URL"},
+		},
+		{
+			name:     "CallHelp",
+			args:     []string{"call", "--help"},
+			code:     0,
+			inOutput: []string{"WINDLASS_NATS_URL"},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := cliRun(t, bin, env, tc.args...)
+			switch {
+			case tc.code == -1 && r.code == 0:
+				t.Errorf("exit code 0, want non-zero")
+			case tc.code != -1 && r.code != tc.code:
+				t.Errorf("exit code %d, want %d", r.code, tc.code)
+			}
+			for _, s := range tc.inStderr {
+				if !strings.Contains(r.stderr, s) {
+					t.Errorf("stderr lacks %q", s)
+				}
+			}
+			for _, s := range tc.inOutput {
+				if !strings.Contains(r.stdout+r.stderr, s) {
+					t.Errorf("output (stdout and stderr) lacks %q", s)
+				}
+			}
+			if tc.within > 0 && r.took > tc.within {
+				t.Errorf("took %s, want at most %s", r.took.Round(time.Millisecond), tc.within)
+			}
+			if tc.stdout != nil && !t.Failed() {
+				tc.stdout(t, r.stdout)
+			}
+			if t.Failed() {
+				t.Logf("windlass %s: %s", strings.Join(tc.args, " "), r)
+			}
+		})
+	}
+
+	// Ctrl-C: dev exits 0 within 15 s and removes its discovery file.
+	dev.interrupt(t, 15*time.Second)
+	if _, err := os.Stat(devFile); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("discovery file %s still there after dev exited (stat: %v)", devFile, err)
+	}
+	if left, _ := os.ReadDir(tmp); len(left) > 0 {
+		t.Errorf("dev left %d entries in its TMPDIR after exiting, e.g. %s", len(left), left[0].Name())
+	}
+	if out := dev.stdout.String(); !strings.Contains(out, "Stopping.") {
+		t.Errorf("dev's stdout lacks \"Stopping.\":\n%s", out)
+	}
+}
+
+// cliBuild builds cmd/windlass once per test into a temporary directory.
+func cliBuild(t *testing.T) string {
+	t.Helper()
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("the go command is not on PATH: %v", err)
+	}
+	root := cliModuleRoot(t)
+	bin := filepath.Join(t.TempDir(), "windlass")
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, goBin, "build", "-o", bin, "./cmd/windlass")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/windlass: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// cliModuleRoot walks up from the working directory (integration/) to the
+// directory holding go.mod.
+func cliModuleRoot(t *testing.T) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("no go.mod above the test's working directory")
+		}
+		dir = parent
+	}
+}
+
+// cliEnv is the test process's environment without any WINDLASS_ variable
+// (no URLs, no --json or --timeout defaults from the user's shell) or TMPDIR,
+// with WINDLASS_DEV_FILE pointing at devFile.
+func cliEnv(devFile string) []string {
+	env := slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		return strings.HasPrefix(kv, "WINDLASS_") || strings.HasPrefix(kv, "TMPDIR=")
+	})
+	return append(env, "WINDLASS_DEV_FILE="+devFile)
+}
+
+// cliBuffer is an io.Writer safe to read while a child process writes it.
+type cliBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *cliBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *cliBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// cliDev is a running `windlass dev` child process.
+type cliDev struct {
+	cmd            *exec.Cmd
+	stdout, stderr *cliBuffer
+	done           chan struct{} // closed when Wait returned; err is then set
+	err            error
+}
+
+// cliStartDev starts `windlass dev`; the test's cleanup kills it if it is
+// still running and waits for it, so no process outlives the test.
+func cliStartDev(t *testing.T, bin string, env []string) *cliDev {
+	t.Helper()
+	d := &cliDev{stdout: &cliBuffer{}, stderr: &cliBuffer{}, done: make(chan struct{})}
+	d.cmd = exec.Command(bin, "dev")
+	d.cmd.Env = env
+	d.cmd.Dir = t.TempDir()
+	d.cmd.Stdout, d.cmd.Stderr = d.stdout, d.stderr
+	if err := d.cmd.Start(); err != nil {
+		t.Fatalf("start windlass dev: %v", err)
+	}
+	go func() {
+		d.err = d.cmd.Wait()
+		close(d.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-d.done:
+		default:
+			_ = d.cmd.Process.Kill()
+			<-d.done
+		}
+		if t.Failed() {
+			t.Logf("windlass dev stdout:\n%s\nwindlass dev stderr:\n%s", d.stdout.String(), d.stderr.String())
+		}
+	})
+	return d
+}
+
+// waitStdout polls dev's stdout until cond holds, failing the test when dev
+// exits first or after within.
+func (d *cliDev) waitStdout(t *testing.T, within time.Duration, what string, cond func(stdout string) bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for !cond(d.stdout.String()) {
+		select {
+		case <-d.done:
+			if cond(d.stdout.String()) {
+				return
+			}
+			t.Fatalf("windlass dev exited (%v) before %s", d.err, what)
+		case <-tick.C:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("windlass dev: %s not within %s", what, within)
+		}
+	}
+}
+
+// interrupt sends SIGINT, as Ctrl-C does, and requires a clean exit (code 0)
+// within the bound.
+func (d *cliDev) interrupt(t *testing.T, within time.Duration) {
+	t.Helper()
+	if err := d.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatalf("SIGINT to windlass dev: %v", err)
+	}
+	timer := time.NewTimer(within)
+	defer timer.Stop()
+	select {
+	case <-d.done:
+	case <-timer.C:
+		t.Fatalf("windlass dev did not exit within %s of SIGINT", within)
+	}
+	if d.err != nil {
+		t.Fatalf("windlass dev after SIGINT: %v (want exit 0)", d.err)
+	}
+}
+
+// cliResult is one finished windlass command.
+type cliResult struct {
+	code           int
+	stdout, stderr string
+	took           time.Duration
+}
+
+func (r cliResult) String() string {
+	return fmt.Sprintf("exit %d after %s\n--- stdout:\n%s\n--- stderr:\n%s", r.code, r.took.Round(time.Millisecond), r.stdout, r.stderr)
+}
+
+// cliRun runs the binary with args to completion (bounded at 60 s) and
+// returns its exit code and output.
+func cliRun(t *testing.T, bin string, env []string, args ...string) cliResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = env
+	cmd.Dir = t.TempDir()
+	cmd.WaitDelay = 5 * time.Second
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	start := time.Now()
+	err := cmd.Run()
+	r := cliResult{stdout: stdout.String(), stderr: stderr.String(), took: time.Since(start)}
+	var ee *exec.ExitError
+	switch {
+	case ctx.Err() != nil:
+		t.Fatalf("windlass %s: not done within 60 s (%v)\n%s", strings.Join(args, " "), err, r)
+	case errors.As(err, &ee):
+		r.code = ee.ExitCode()
+	case err != nil:
+		t.Fatalf("windlass %s: %v", strings.Join(args, " "), err)
+	}
+	return r
+}
+
+// cliHasLine reports whether some line of out starts (after indentation)
+// with prefix and contains s.
+func cliHasLine(out, prefix, s string) bool {
+	for line := range strings.SplitSeq(out, "\n") {
+		line = strings.TrimSpace(line)
+		if strings.HasPrefix(line, prefix) && strings.Contains(line, s) {
+			return true
+		}
+	}
+	return false
+}
