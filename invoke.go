@@ -87,7 +87,7 @@ func Invoke(ctx context.Context, tool Tool, call ToolCall) ToolResult {
 		}
 		return finish(ErrorResult(call, CodeCanceled, canceledText(spec.Name, context.Cause(runCtx))), started)
 	}
-	return finish(failure(call, spec.Name, out.err), started)
+	return finish(ResultFromError(call, out.err), started)
 }
 
 func finish(r ToolResult, started time.Time) ToolResult {
@@ -95,8 +95,13 @@ func finish(r ToolResult, started time.Time) ToolResult {
 	return r
 }
 
-// failure maps a tool's error to its result.
-func failure(call ToolCall, tool string, err error) ToolResult {
+// ResultFromError is the one mapping from a tool's error to the result the
+// model sees: a *[PanicError] is a panic, an *[ArgumentError]
+// invalid_arguments, a *[CallError] keeps its code and message, anything
+// else is a tool_error rendered as "TypeName: message". [Invoke] uses it;
+// so does the fleet, so an error reads the same wherever it was found.
+func ResultFromError(call ToolCall, err error) ToolResult {
+	tool := call.Name
 	var (
 		pe *PanicError
 		ae *ArgumentError

@@ -89,7 +89,8 @@ func (d *Dispatcher) prepare(ctx context.Context, name string, args any, opts []
 		return nil, &windlass.CallError{Code: windlass.CodeUnavailable, Message: err.Error()}
 	}
 	if err := schema.Validate(raw); err != nil {
-		return nil, &windlass.CallError{Code: windlass.CodeInvalidArguments, Message: err.Error()}
+		// Word it exactly as the tool itself would have.
+		return nil, &windlass.CallError{Code: windlass.CodeInvalidArguments, Message: windlass.ResultFromError(call, err).Content}
 	}
 	call.Arguments = raw
 	call.SpecHash = cmp.Or(o.specHash, info.Hash)
