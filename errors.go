@@ -47,8 +47,10 @@ const (
 // code of its result; [Invoke] then keeps the code and uses the message as
 // the result's content.
 type CallError struct {
-	Code    ErrorCode `json:"code"`
-	Message string    `json:"message"`
+	// Code classifies the failure.
+	Code ErrorCode `json:"code"`
+	// Message is the text for the model (the result's content).
+	Message string `json:"message"`
 }
 
 // Error implements error as "code: message".
@@ -88,9 +90,13 @@ func (e *ExecutionError) Unwrap() error { return e.Err }
 // object, "$.items[0].name" a nested field) and Rule the JSON Schema keyword
 // that failed ("type", "required", "minimum", ...).
 type ArgumentError struct {
-	Tool    string
-	Path    string
-	Rule    string
+	// Tool is the tool whose schema the arguments broke.
+	Tool string
+	// Path locates the violation, JSONPath style ("$.items[0].name").
+	Path string
+	// Rule is the JSON Schema keyword that failed.
+	Rule string
+	// Message says what is wrong, in English.
 	Message string
 }
 
@@ -102,7 +108,9 @@ func (e *ArgumentError) Error() string {
 // PanicError is the error [Invoke] builds from a recovered panic. Stack is
 // for logs; the model only sees the value.
 type PanicError struct {
+	// Value is what the tool panicked with.
 	Value any
+	// Stack is the goroutine's stack at the panic.
 	Stack []byte
 }
 

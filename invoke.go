@@ -179,12 +179,18 @@ func encodeArguments(args any) (json.RawMessage, error) {
 
 // Description is the JSON-safe summary of a tool returned by [Describe].
 type Description struct {
-	Name             string         `json:"name"`
-	Description      string         `json:"description"`
-	Parameters       map[string]any `json:"parameters"`
-	RequiresApproval bool           `json:"requires_approval"`
-	TimeoutSeconds   float64        `json:"timeout_seconds"`
-	SpecHash         string         `json:"spec_hash"`
+	// Name is the tool's name.
+	Name string `json:"name"`
+	// Description is the model-facing description.
+	Description string `json:"description"`
+	// Parameters is the JSON Schema of the arguments, defaults filled in.
+	Parameters map[string]any `json:"parameters"`
+	// RequiresApproval is true for gated tools.
+	RequiresApproval bool `json:"requires_approval"`
+	// TimeoutSeconds is the per-attempt timeout.
+	TimeoutSeconds float64 `json:"timeout_seconds"`
+	// SpecHash is [Spec.Hash] of the spec.
+	SpecHash string `json:"spec_hash"`
 }
 
 // Describe returns a JSON-safe summary of tool: its spec with defaults, its

@@ -98,7 +98,9 @@ type ToolInfo struct {
 
 // WorkerLease is one worker's lease on a tool.
 type WorkerLease struct {
-	ID      string
+	// ID is the worker's id.
+	ID string
+	// Expires is when the lease lapses without a heartbeat.
 	Expires time.Time
 }
 
@@ -126,6 +128,7 @@ func (t ToolInfo) LiveWorkers(at time.Time) []string {
 // ConflictError refuses an advertisement whose spec differs from the one the
 // tool's live workers advertise.
 type ConflictError struct {
+	// Tool is the tool whose spec conflicts.
 	Tool string
 	// Hash is the refused spec's hash; LiveHash the live workers' one.
 	Hash, LiveHash string

@@ -14,25 +14,32 @@ import (
 
 // EchoArgs are the arguments of echo.
 type EchoArgs struct {
+	// Text is echoed back.
 	Text string `json:"text" jsonschema:"description=Text to echo back"`
 }
 
 // AddArgs are the arguments of add.
 type AddArgs struct {
+	// A is the first addend.
 	A float64 `json:"a" jsonschema:"description=First addend"`
+	// B is the second addend.
 	B float64 `json:"b" jsonschema:"description=Second addend"`
 }
 
 // SleepArgs are the arguments of sleep.
 type SleepArgs struct {
+	// Seconds is how long to sleep.
 	Seconds float64 `json:"seconds" jsonschema:"description=How long to sleep,minimum=0,maximum=3600"`
 }
 
 // TransferArgs are the arguments of transfer_funds.
 type TransferArgs struct {
-	To       string  `json:"to" jsonschema:"description=Recipient account"`
-	Amount   float64 `json:"amount" jsonschema:"description=Amount to send,exclusiveMinimum=0"`
-	Currency string  `json:"currency,omitempty" jsonschema:"enum=EUR,enum=USD,default=EUR"`
+	// To is the recipient account.
+	To string `json:"to" jsonschema:"description=Recipient account"`
+	// Amount is how much to send.
+	Amount float64 `json:"amount" jsonschema:"description=Amount to send,exclusiveMinimum=0"`
+	// Currency is EUR (default) or USD.
+	Currency string `json:"currency,omitempty" jsonschema:"enum=EUR,enum=USD,default=EUR"`
 }
 
 // Echo returns its text.
