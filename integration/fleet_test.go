@@ -309,3 +309,30 @@ func TestSubmitOnOneFetchOnAnother(t *testing.T) {
 		t.Errorf("Wait for a running call = %+v, %v", r, err)
 	}
 }
+
+func TestFleetServesThroughRedisOutage(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t)
+	f.ttl = time.Second
+	f.startWorker(worker.Config{}, demotools.Add())
+	d := f.dispatcher()
+	waitLive(t, d, "add", 1)
+
+	f.redis.Kill()
+	waitFor(t, 5*time.Second, "staleness reported", func() bool { return d.Staleness() > time.Second })
+	time.Sleep(time.Second) // past the lease TTL, with no renewal possible
+	for i := range 20 {
+		r, err := d.Call(t.Context(), "add", map[string]int{"a": i, "b": 1})
+		if err != nil || r.Content != fmt.Sprint(i+1) {
+			t.Fatalf("call %d during the Redis outage: %+v, %v", i, r, err)
+		}
+	}
+	t.Logf("served 20 calls with a registry view %s stale", d.Staleness().Round(time.Millisecond))
+
+	f.redis.Restart(t) // empty: the worker's lease re-advertises by itself
+	waitFor(t, 10*time.Second, "view fresh again", func() bool { return d.Staleness() < 500*time.Millisecond })
+	waitLive(t, d, "add", 1)
+	if r, _ := d.Call(t.Context(), "add", map[string]int{"a": 1, "b": 1}); r.Content != "2" {
+		t.Errorf("after the outage: %+v", r)
+	}
+}
