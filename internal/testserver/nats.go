@@ -1,8 +1,10 @@
 package testserver
 
 import (
+	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -12,8 +14,8 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// NATSOptions configures StartNATS. The zero value is a JetStream-enabled
-// server with the server defaults.
+// NATSOptions configures NewNATS and StartNATS. The zero value is a
+// JetStream-enabled server with the server defaults.
 type NATSOptions struct {
 	// MaxPayload is the largest message payload, in bytes, that the server
 	// accepts; 0 keeps the server default (1 MiB).
@@ -26,28 +28,61 @@ type NATS struct {
 	opts     NATSOptions
 	storeDir string
 
-	mu   sync.Mutex
-	port int // server.RANDOM_PORT until the first start picks one
-	srv  *server.Server
+	mu     sync.Mutex
+	port   int // server.RANDOM_PORT until the first start picks one
+	srv    *server.Server
+	closed bool // by Close: the store directory is gone
+	rmErr  error
 }
 
-// StartNATS starts a nats-server with JetStream on a free port of
-// 127.0.0.1, with its store in a temporary directory, and waits until it
-// accepts connections. The server is shut down when the test ends. At most
-// one NATSOptions may be given.
-func StartNATS(tb testing.TB, opts ...NATSOptions) *NATS {
-	tb.Helper()
-	n := &NATS{opts: single(tb, opts), storeDir: tb.TempDir(), port: server.RANDOM_PORT}
+// NewNATS starts a nats-server with JetStream on a free port of 127.0.0.1,
+// with its store in a new temporary directory, and waits until it accepts
+// connections. The caller must call [NATS.Close], which shuts the server
+// down and removes the directory. At most one NATSOptions may be given.
+//
+// NewNATS needs no testing.TB, so runnable examples can use it; tests use
+// [StartNATS].
+func NewNATS(opts ...NATSOptions) (*NATS, error) {
+	o, err := single(opts)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "testserver-nats-")
+	if err != nil {
+		return nil, fmt.Errorf("testserver: create a store directory for nats-server: %w", err)
+	}
+	n := &NATS{opts: o, storeDir: dir, port: server.RANDOM_PORT}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.start(tb)
-	tb.Cleanup(n.Stop) // registered after TempDir, so it runs before the removal
+	if err := n.start(); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	return n, nil
+}
+
+// StartNATS is [NewNATS] for a test: it calls tb.Fatalf on error and
+// [NATS.Close] when the test ends, failing the test if the store directory
+// cannot be removed.
+func StartNATS(tb testing.TB, opts ...NATSOptions) *NATS {
+	tb.Helper()
+	n, err := NewNATS(opts...)
+	if err != nil {
+		tb.Fatalf("%v", err)
+	}
+	tb.Cleanup(func() {
+		if err := n.close(); err != nil {
+			tb.Errorf("%v", err)
+		}
+	})
 	return n
 }
 
 // start starts a server on n.port; n.mu must be held.
-func (n *NATS) start(tb testing.TB) {
-	tb.Helper()
+func (n *NATS) start() error {
+	if n.closed {
+		return errors.New("testserver: nats-server was closed")
+	}
 	s, err := server.NewServer(&server.Options{
 		Host:       "127.0.0.1",
 		Port:       n.port,
@@ -58,7 +93,7 @@ func (n *NATS) start(tb testing.TB) {
 		NoSigs:     true,
 	})
 	if err != nil {
-		tb.Fatalf("testserver: configure nats-server: %v", err)
+		return fmt.Errorf("testserver: configure nats-server: %w", err)
 	}
 	log := &natsLog{}
 	s.SetLogger(log, false, false)
@@ -70,10 +105,11 @@ func (n *NATS) start(tb testing.TB) {
 	if fatal {
 		s.Shutdown()
 		s.WaitForShutdown()
-		tb.Fatalf("testserver: nats-server on 127.0.0.1:%d did not start: %s", max(n.port, 0), msgs)
+		return fmt.Errorf("testserver: nats-server on 127.0.0.1:%d did not start: %s", max(n.port, 0), msgs)
 	}
 	n.port = s.Addr().(*net.TCPAddr).Port
 	n.srv = s
+	return nil
 }
 
 // URL returns the server's client URL, nats://127.0.0.1:PORT. It is the same
@@ -98,6 +134,11 @@ func (n *NATS) Server() *server.Server {
 func (n *NATS) Stop() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	n.stop()
+}
+
+// stop is Stop with n.mu held.
+func (n *NATS) stop() {
 	if n.srv != nil {
 		n.srv.Shutdown()
 		n.srv.WaitForShutdown()
@@ -107,13 +148,35 @@ func (n *NATS) Stop() {
 
 // Restart stops the server if it is running and starts a new one on the same
 // port with the same JetStream store directory, so streams, consumers and
-// their messages survive.
+// their messages survive. It fails after Close.
 func (n *NATS) Restart(tb testing.TB) {
 	tb.Helper()
-	n.Stop()
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.start(tb)
+	n.stop()
+	if err := n.start(); err != nil {
+		tb.Fatalf("%v", err)
+	}
+}
+
+// Close shuts the server down, as Stop does, and removes the store directory
+// that NewNATS created. After Close, Restart fails; Close again does
+// nothing.
+func (n *NATS) Close() { _ = n.close() }
+
+// close is Close, reporting whether the store directory could be removed
+// (the same error on every call).
+func (n *NATS) close() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !n.closed {
+		n.closed = true
+		n.stop()
+		if err := os.RemoveAll(n.storeDir); err != nil {
+			n.rmErr = fmt.Errorf("testserver: remove the nats-server store: %w", err)
+		}
+	}
+	return n.rmErr
 }
 
 // Connect connects a client to the server and closes it when the test ends.
@@ -170,15 +233,14 @@ func (l *natsLog) state() (fatal bool, msgs string) {
 }
 
 // single returns the only element of opts, or the zero value if there is none.
-func single[T any](tb testing.TB, opts []T) T {
-	tb.Helper()
+func single[T any](opts []T) (T, error) {
 	var o T
 	switch len(opts) {
 	case 0:
 	case 1:
 		o = opts[0]
 	default:
-		tb.Fatalf("testserver: at most one %T may be given, got %d", o, len(opts))
+		return o, fmt.Errorf("testserver: at most one %T may be given, got %d", o, len(opts))
 	}
-	return o
+	return o, nil
 }

@@ -19,8 +19,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// RedisOptions configures StartRedis. The zero value keeps no data on disk:
-// a restarted server starts empty.
+// RedisOptions configures NewRedis and StartRedis. The zero value keeps no
+// data on disk: a restarted server starts empty.
 type RedisOptions struct {
 	// Persist turns on the append-only file with an fsync after every write,
 	// so that data written before Stop, Kill or Restart is there after
@@ -34,48 +34,74 @@ type Redis struct {
 	bin, dir string
 	persist  bool
 
-	mu   sync.Mutex
-	port int
-	cmd  *exec.Cmd
-	done chan struct{} // closed when cmd has exited
+	mu     sync.Mutex
+	port   int
+	cmd    *exec.Cmd
+	done   chan struct{} // closed when cmd has exited
+	closed bool          // by Close: the data directory is gone
+	rmErr  error
 }
 
 // redisTimeout bounds how long a redis-server may take to answer PING after
 // it is started and to exit after SIGTERM.
 const redisTimeout = 10 * time.Second
 
-// StartRedis starts redis-server from PATH on a free port of 127.0.0.1, with
-// its data directory and log file in a temporary directory, and waits until
-// it answers PING. The process is killed when the test ends. At most one
-// RedisOptions may be given.
+// NewRedis starts redis-server from PATH on a free port of 127.0.0.1, with
+// its data directory and log file in a new temporary directory, and waits
+// until it answers PING. The caller must call [Redis.Close], which kills the
+// process and removes the directory. At most one RedisOptions may be given.
 //
-// If redis-server is not installed the test fails: the integration tests
-// need a real server, never a fake.
-func StartRedis(tb testing.TB, opts ...RedisOptions) *Redis {
-	tb.Helper()
-	o := single(tb, opts)
+// If redis-server is not installed NewRedis fails, saying how to install
+// it: the integration tests need a real server, never a fake. NewRedis needs
+// no testing.TB, so runnable examples can use it; tests use [StartRedis].
+func NewRedis(opts ...RedisOptions) (*Redis, error) {
+	o, err := single(opts)
+	if err != nil {
+		return nil, err
+	}
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
-		tb.Fatalf("testserver: redis-server is not installed (%v); install it with `apt-get install -y redis-server` (`make test` installs it)", err)
+		return nil, fmt.Errorf("testserver: redis-server is not installed (%w); install it with `apt-get install -y redis-server` (`make test` installs it)", err)
 	}
-	r := &Redis{bin: bin, dir: tb.TempDir(), persist: o.Persist}
+	dir, err := os.MkdirTemp("", "testserver-redis-")
+	if err != nil {
+		return nil, fmt.Errorf("testserver: create a data directory for redis-server: %w", err)
+	}
+	r := &Redis{bin: bin, dir: dir, persist: o.Persist}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	// The port is free when picked but may be taken before redis-server
 	// binds it, by another test; then try another one.
 	for attempt := 1; ; attempt++ {
 		if r.port, err = freePort(); err != nil {
-			tb.Fatalf("testserver: pick a port for redis-server: %v", err)
+			_ = os.RemoveAll(dir)
+			return nil, fmt.Errorf("testserver: pick a port for redis-server: %w", err)
 		}
 		inUse, err := r.start()
 		if err == nil {
-			break
+			return r, nil
 		}
 		if !inUse || attempt == 5 {
-			tb.Fatalf("testserver: %v", err)
+			_ = os.RemoveAll(dir)
+			return nil, fmt.Errorf("testserver: %w", err)
 		}
 	}
-	tb.Cleanup(r.Kill) // registered after TempDir, so it runs before the removal
+}
+
+// StartRedis is [NewRedis] for a test: it calls tb.Fatalf on error (so the
+// test fails when redis-server is not installed) and [Redis.Close] when the
+// test ends, failing the test if the data directory cannot be removed.
+func StartRedis(tb testing.TB, opts ...RedisOptions) *Redis {
+	tb.Helper()
+	r, err := NewRedis(opts...)
+	if err != nil {
+		tb.Fatalf("%v", err)
+	}
+	tb.Cleanup(func() {
+		if err := r.close(); err != nil {
+			tb.Errorf("%v", err)
+		}
+	})
 	return r
 }
 
@@ -101,15 +127,37 @@ func (r *Redis) Stop() { r.halt(syscall.SIGTERM) }
 func (r *Redis) Kill() { r.halt(syscall.SIGKILL) }
 
 // Restart stops the server if it is running and starts it again on the same
-// port with the same data directory.
+// port with the same data directory. It fails after Close.
 func (r *Redis) Restart(tb testing.TB) {
 	tb.Helper()
-	r.Stop()
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.haltLocked(syscall.SIGTERM)
+	if r.closed {
+		tb.Fatalf("testserver: restart: redis-server was closed")
+	}
 	if _, err := r.start(); err != nil {
 		tb.Fatalf("testserver: restart: %v", err)
 	}
+}
+
+// Close kills the server, as Kill does, and removes the data directory that
+// NewRedis created. After Close, Restart fails; Close again does nothing.
+func (r *Redis) Close() { _ = r.close() }
+
+// close is Close, reporting whether the data directory could be removed
+// (the same error on every call).
+func (r *Redis) close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.closed {
+		r.closed = true
+		r.haltLocked(syscall.SIGKILL)
+		if err := os.RemoveAll(r.dir); err != nil {
+			r.rmErr = fmt.Errorf("testserver: remove the redis-server data directory: %w", err)
+		}
+	}
+	return r.rmErr
 }
 
 // Client returns a go-redis client for the server, closed when the test ends.
@@ -194,6 +242,11 @@ func (r *Redis) start() (inUse bool, err error) {
 func (r *Redis) halt(sig os.Signal) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.haltLocked(sig)
+}
+
+// haltLocked is halt with r.mu held.
+func (r *Redis) haltLocked(sig os.Signal) {
 	if r.cmd == nil {
 		return
 	}

@@ -2,9 +2,13 @@ package testserver_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/url"
+	"os"
+	"os/exec"
 	"runtime"
 	"strings"
 	"testing"
@@ -268,5 +272,87 @@ func TestRedisNotInstalled(t *testing.T) {
 	<-done
 	if !strings.Contains(tb.msg, "apt-get install -y redis-server") {
 		t.Fatalf("failure message %q does not say how to install redis-server", tb.msg)
+	}
+	r, err := testserver.NewRedis()
+	if r != nil || !errors.Is(err, exec.ErrNotFound) || !strings.Contains(err.Error(), "apt-get install -y redis-server") {
+		t.Fatalf("NewRedis without redis-server on PATH = %v, %v; want an exec.ErrNotFound saying how to install it", r, err)
+	}
+}
+
+// NewNATS and NewRedis need no testing.TB; Close stops the server, removes
+// its directory, is idempotent, and keeps Restart from reviving it.
+func TestNewClose(t *testing.T) {
+	t.Parallel()
+	n, err := testserver.NewNATS(testserver.NATSOptions{MaxPayload: 2048})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(n.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := nc.MaxPayload(); got != 2048 {
+		t.Errorf("MaxPayload = %d, want 2048", got)
+	}
+	nc.Close()
+	storeDir := n.Server().JetStreamConfig().StoreDir
+
+	r, err := testserver.NewRedis()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: r.Addr()})
+	defer c.Close()
+	if err := c.Ping(ctx(t)).Err(); err != nil {
+		t.Fatalf("PING: %v", err)
+	}
+	var dataDir string
+	if cfg, err := c.ConfigGet(ctx(t), "dir").Result(); err != nil || cfg["dir"] == "" {
+		t.Fatalf("CONFIG GET dir = %v, %v", cfg, err)
+	} else {
+		dataDir = cfg["dir"]
+	}
+
+	for _, dir := range []string{storeDir, dataDir} {
+		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+			t.Fatalf("data directory %s before Close: %v", dir, err)
+		}
+	}
+
+	n.Close()
+	n.Close() // idempotent
+	r.Close()
+	r.Close()
+	if n.Server() != nil {
+		t.Error("NATS.Server() is not nil after Close")
+	}
+	pingFails(t, c, "Close")
+	for _, dir := range []string{storeDir, dataDir} {
+		if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s after Close: Stat = %v, want it removed", dir, err)
+		}
+	}
+	for name, restart := range map[string]func(testing.TB){"NATS": n.Restart, "Redis": r.Restart} {
+		tb := &fatalTB{TB: t}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			restart(tb)
+			t.Errorf("%s.Restart after Close returned", name)
+		}()
+		<-done
+		if !strings.Contains(tb.msg, "closed") {
+			t.Errorf("%s.Restart after Close: failure message %q does not say it was closed", name, tb.msg)
+		}
+	}
+}
+
+func TestNewOptions(t *testing.T) {
+	t.Parallel()
+	if _, err := testserver.NewNATS(testserver.NATSOptions{}, testserver.NATSOptions{}); err == nil || !strings.Contains(err.Error(), "at most one") {
+		t.Errorf("NewNATS with two options: err = %v", err)
+	}
+	if _, err := testserver.NewRedis(testserver.RedisOptions{}, testserver.RedisOptions{}); err == nil || !strings.Contains(err.Error(), "at most one") {
+		t.Errorf("NewRedis with two options: err = %v", err)
 	}
 }
