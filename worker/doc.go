@@ -30,6 +30,15 @@
 // malformed message is answered when its id can be read and terminated; a
 // call interrupted by shutdown is nacked so another worker runs it.
 //
+// # Gated tools
+//
+// A call of a tool that requires approval runs only when it carries a valid
+// release from the approval service (see package approval/release):
+// Config.Releases verifies its signature, call id, tool, spec version,
+// expiry and the hash of the very arguments about to run; Config.Ledger
+// makes it single-use. Anything else is answered rejected without running:
+// the worker fails closed, also when it has no keys.
+//
 // # Shutdown
 //
 // When the context given to [Worker.Run] ends, the worker stops pulling

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/windlass-dev/windlass"
+	"github.com/windlass-dev/windlass/approval/release"
 	"github.com/windlass-dev/windlass/internal/layout"
 )
 
@@ -78,7 +79,7 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg, t *registered, l
 	call.Attempt = int(meta.NumDelivered)
 	log = log.With("call_id", call.ID, "tool", call.Name, "attempt", call.Attempt)
 
-	if r, refused := w.refuse(call, t, meta); refused {
+	if r, refused := w.refuse(ctx, call, t, msg, meta); refused {
 		w.settle(ctx, msg, ack, &r, origin, log)
 		return
 	}
@@ -98,7 +99,7 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg, t *registered, l
 }
 
 // refuse answers, without running the tool, a call that must not run.
-func (w *Worker) refuse(call windlass.ToolCall, t *registered, meta *jetstream.MsgMetadata) (windlass.ToolResult, bool) {
+func (w *Worker) refuse(ctx context.Context, call windlass.ToolCall, t *registered, msg jetstream.Msg, meta *jetstream.MsgMetadata) (windlass.ToolResult, bool) {
 	now := time.Now()
 	switch {
 	case call.Name != t.spec.Name:
@@ -116,10 +117,27 @@ func (w *Worker) refuse(call windlass.ToolCall, t *registered, meta *jetstream.M
 	case t.spec.RequiresApproval:
 		// Fail closed: a gated call reaches a worker only through the
 		// approval service, which attaches a release this worker verifies.
-		return windlass.ErrorResult(call, windlass.CodeRejected,
-			fmt.Sprintf("Tool %q requires approval; this call carries no valid release from the approval service and was not run.", call.Name)), true
+		if err := w.checkRelease(ctx, call, t, msg, meta); err != nil {
+			return windlass.ErrorResult(call, windlass.CodeRejected,
+				fmt.Sprintf("Tool %q requires approval and this call has no valid release from the approval service (%v); it was not run.", call.Name, err)), true
+		}
 	}
 	return windlass.ToolResult{}, false
+}
+
+// checkRelease verifies a gated call's release and claims it in the ledger.
+func (w *Worker) checkRelease(ctx context.Context, call windlass.ToolCall, t *registered, msg jetstream.Msg, meta *jetstream.MsgMetadata) error {
+	if w.cfg.Releases == nil {
+		return errors.New("this worker has no release keys configured")
+	}
+	r, err := w.cfg.Releases.Verify(msg.Headers().Get(release.Header), call, t.hash, time.Now())
+	if err != nil {
+		return err
+	}
+	if w.cfg.Ledger != nil {
+		return w.cfg.Ledger.Claim(ctx, call.ID, meta.Sequence.Stream, r.ExpiresAt)
+	}
+	return nil
 }
 
 // keepAlive sends in-progress acks every interval until the returned stop

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/windlass-dev/windlass"
+	"github.com/windlass-dev/windlass/approval/release"
 	"github.com/windlass-dev/windlass/internal/layout"
 	"github.com/windlass-dev/windlass/registry"
 )
@@ -56,6 +57,12 @@ type Config struct {
 	// Replicas of the streams the worker creates when they are missing.
 	// Default 1; use 3 on a three-node cluster.
 	Replicas int
+	// Releases verifies the approval service's release on calls of tools
+	// that require approval. Nil refuses every such call (fail closed).
+	Releases *release.Verifier
+	// Ledger makes releases single-use across workers. Nil skips that check
+	// (a release is still bound to its call, arguments and expiry).
+	Ledger *release.Ledger
 	// Logger receives the worker's logs. Default: discard.
 	Logger *slog.Logger
 }

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/windlass-dev/windlass"
+	"github.com/windlass-dev/windlass/approval/release"
 	"github.com/windlass-dev/windlass/internal/layout"
 	"github.com/windlass-dev/windlass/internal/testserver"
 	"github.com/windlass-dev/windlass/worker"
@@ -412,5 +413,51 @@ func TestConfigErrors(t *testing.T) {
 	}
 	if err := w.Register(echo, worker.WithConcurrency(0)); err == nil {
 		t.Error("zero concurrency accepted")
+	}
+}
+
+func TestGatedToolRunsOnlyWithAValidRelease(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	priv, pub, _ := release.GenerateKey()
+	key, _ := release.ParsePrivateKey(priv)
+	pubKey, _ := release.ParsePublicKey(pub)
+	signer := release.NewSigner(key)
+	var runs atomic.Int64
+	tool := countingEcho(&runs, windlass.WithApproval())
+	b.start(worker.Config{Releases: release.NewVerifier(pubKey), Ledger: release.NewLedger(testserver.StartRedis(t).Client(t), "")}, tool)
+
+	args := json.RawMessage(`{"text":"pay bob"}`)
+	hash, _ := release.ArgumentsHash(args)
+	publishReleased := func(id string, callArgs json.RawMessage, msgID string) {
+		t.Helper()
+		hdr, err := signer.Sign(release.Release{CallID: "gated-1", Tool: "echo", SpecHash: tool.Spec().Hash(), ArgsHash: hash, ExpiresAt: time.Now().Add(time.Minute), ApprovedBy: []string{"alice"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, _ := json.Marshal(windlass.ToolCall{ID: id, Name: "echo", Arguments: callArgs})
+		msg := &nats.Msg{Subject: layout.CallSubject("echo"), Data: data, Header: nats.Header{
+			layout.HeaderOrigin: []string{origin}, release.Header: []string{hdr}, nats.MsgIdHdr: []string{msgID}}}
+		if _, err := b.js.PublishMsg(t.Context(), msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	publishReleased("gated-1", args, "m1")
+	if r := b.result(5 * time.Second); r.IsError || r.Content != "pay bob" {
+		t.Fatalf("released call: %+v", r)
+	}
+	// The same release on a copy published under another message id.
+	publishReleased("gated-1", args, "m2")
+	if r := b.result(5 * time.Second); r.Code() != windlass.CodeRejected || !strings.Contains(r.Content, "already used") {
+		t.Errorf("replayed release: %+v", r)
+	}
+	// A release for other arguments: the worker recomputes the hash.
+	publishReleased("gated-1", json.RawMessage(`{"text":"pay mallory"}`), "m3")
+	if r := b.result(5 * time.Second); r.Code() != windlass.CodeRejected || !strings.Contains(r.Content, "arguments differ") {
+		t.Errorf("edited arguments: %+v", r)
+	}
+	if runs.Load() != 1 {
+		t.Errorf("the gated tool ran %d times, want once", runs.Load())
 	}
 }

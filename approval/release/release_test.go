@@ -1,0 +1,147 @@
+package release_test
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/windlass-dev/windlass"
+	"github.com/windlass-dev/windlass/approval/release"
+	"github.com/windlass-dev/windlass/internal/testserver"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestArgumentsHashIsCanonical(t *testing.T) {
+	t.Parallel()
+	a, _ := release.ArgumentsHash(json.RawMessage(`{"b": 1, "a": {"y": [1, 2.50], "x": "é<"}}`))
+	b, _ := release.ArgumentsHash(json.RawMessage(`{"a":{"x":"é<","y":[1,2.50]},"b":1}`))
+	if a != b {
+		t.Errorf("key order or spacing changed the hash: %s vs %s", a, b)
+	}
+	c, _ := release.ArgumentsHash(json.RawMessage(`{"a":{"x":"é<","y":[1,2.5]},"b":1}`))
+	if c == a {
+		t.Error("a different number text gave the same hash") // 2.50 vs 2.5: the reviewer saw the text
+	}
+	empty, _ := release.ArgumentsHash(nil)
+	null, _ := release.ArgumentsHash(json.RawMessage(`null`))
+	obj, _ := release.ArgumentsHash(json.RawMessage(`{}`))
+	if empty != obj || null != obj {
+		t.Error("empty, null and {} must hash alike")
+	}
+	if _, err := release.ArgumentsHash(json.RawMessage(`{"a":`)); err == nil {
+		t.Error("invalid JSON hashed")
+	}
+}
+
+func TestSignAndVerify(t *testing.T) {
+	t.Parallel()
+	priv, pub, err := release.GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := release.ParsePrivateKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pubKey, err := release.ParsePublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer := release.NewSigner(key)
+	if signer.PublicKey() != pub {
+		t.Errorf("PublicKey() = %s, want %s", signer.PublicKey(), pub)
+	}
+	otherPriv, _, _ := release.GenerateKey()
+	otherKey, _ := release.ParsePrivateKey(otherPriv)
+
+	args := json.RawMessage(`{"to":"bob","amount":5}`)
+	hash, _ := release.ArgumentsHash(args)
+	now := time.Now()
+	good := release.Release{CallID: "c1", Tool: "pay", SpecHash: "s1", ArgsHash: hash, ExpiresAt: now.Add(time.Minute), ApprovedBy: []string{"alice"}}
+	call := windlass.ToolCall{ID: "c1", Name: "pay", Arguments: args}
+	v := release.NewVerifier(pubKey)
+
+	header, err := signer.Sign(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := v.Verify(header, call, "s1", now)
+	if err != nil || got.ApprovedBy[0] != "alice" {
+		t.Fatalf("Verify(good) = %+v, %v", got, err)
+	}
+
+	sign := func(r release.Release, s *release.Signer) string {
+		h, err := s.Sign(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	withCall := func(f func(*windlass.ToolCall)) windlass.ToolCall { c := call; f(&c); return c }
+	tampered := []byte(header)
+	tampered[len(tampered)-3] ^= 1
+	tests := []struct {
+		name   string
+		header string
+		call   windlass.ToolCall
+		spec   string
+		now    time.Time
+		want   string
+	}{
+		{name: "no release", header: "", call: call, spec: "s1", now: now, want: "no release"},
+		{name: "garbage", header: "v1.x", call: call, spec: "s1", now: now, want: "malformed"},
+		{name: "unknown key", header: sign(good, release.NewSigner(otherKey)), call: call, spec: "s1", now: now, want: "unknown key"},
+		{name: "tampered signature", header: string(tampered), call: call, spec: "s1", now: now, want: "signature"},
+		{name: "other call", header: header, call: withCall(func(c *windlass.ToolCall) { c.ID = "c2" }), spec: "s1", now: now, want: "issued for call"},
+		{name: "other tool", header: header, call: withCall(func(c *windlass.ToolCall) { c.Name = "refund" }), spec: "s1", now: now, want: "issued for tool"},
+		{name: "other spec", header: header, call: call, spec: "s2", now: now, want: "spec"},
+		{name: "expired", header: header, call: call, spec: "s1", now: now.Add(2 * time.Minute), want: "expired"},
+		{name: "edited arguments", header: header, call: withCall(func(c *windlass.ToolCall) { c.Arguments = json.RawMessage(`{"to":"mallory","amount":5}`) }), spec: "s1", now: now, want: "arguments differ"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := v.Verify(tt.header, tt.call, tt.spec, tt.now)
+			if !errors.Is(err, release.ErrInvalid) || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Verify = %v, want ErrInvalid mentioning %q", err, tt.want)
+			}
+		})
+	}
+	if _, err := release.NewVerifier().Verify(header, call, "s1", now); !errors.Is(err, release.ErrInvalid) {
+		t.Errorf("a verifier without keys accepted a release: %v", err)
+	}
+}
+
+func TestParseKeyErrors(t *testing.T) {
+	t.Parallel()
+	for _, s := range []string{"", "rsa:abc", "ed25519:not base64!", "ed25519:AAAA"} {
+		if _, err := release.ParsePublicKey(s); err == nil {
+			t.Errorf("ParsePublicKey(%q) accepted", s)
+		}
+		if _, err := release.ParsePrivateKey(s); err == nil {
+			t.Errorf("ParsePrivateKey(%q) accepted", s)
+		}
+	}
+}
+
+func TestLedgerMakesReleasesSingleUse(t *testing.T) {
+	t.Parallel()
+	l := release.NewLedger(testserver.StartRedis(t).Client(t), "")
+	exp := time.Now().Add(time.Minute)
+	if err := l.Claim(t.Context(), "c1", 7, exp); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Claim(t.Context(), "c1", 7, exp); err != nil {
+		t.Errorf("a redelivery of the same message was refused: %v", err)
+	}
+	if err := l.Claim(t.Context(), "c1", 8, exp); !errors.Is(err, release.ErrReused) || !errors.Is(err, release.ErrInvalid) {
+		t.Errorf("a copy under another message was accepted: %v", err)
+	}
+	if err := l.Claim(t.Context(), "c2", 8, exp); err != nil {
+		t.Errorf("another call: %v", err)
+	}
+}
