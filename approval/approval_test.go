@@ -1,0 +1,464 @@
+package approval_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
+
+	"github.com/windlass-dev/windlass"
+	"github.com/windlass-dev/windlass/approval"
+	"github.com/windlass-dev/windlass/approval/release"
+	"github.com/windlass-dev/windlass/dispatcher"
+	"github.com/windlass-dev/windlass/internal/testserver"
+	"github.com/windlass-dev/windlass/registry"
+	"github.com/windlass-dev/windlass/worker"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// fleet is a whole gated fleet: NATS, Redis, a worker with the gated tool
+// pay, a dispatcher, and the approval service with its HTTP API.
+type fleet struct {
+	t       *testing.T
+	nats    *testserver.NATS
+	redis   *testserver.Redis
+	reg     *registry.Registry
+	d       *dispatcher.Dispatcher
+	signer  *release.Signer
+	runs    atomic.Int64
+	svc     *approval.Service
+	api     *httptest.Server
+	stopSvc func()
+	cfg     approval.Config
+	tokens  map[string]string // reviewer -> token
+	events  chan approval.AuditEvent
+}
+
+type payArgs struct {
+	To     string  `json:"to"`
+	Amount float64 `json:"amount" jsonschema:"minimum=0"`
+}
+
+func newFleet(t *testing.T, policies map[string]approval.ToolPolicy) *fleet {
+	t.Helper()
+	f := &fleet{t: t, nats: testserver.StartNATS(t), redis: testserver.StartRedis(t, testserver.RedisOptions{Persist: true}), tokens: map[string]string{}, events: make(chan approval.AuditEvent, 100)}
+	var err error
+	f.reg, err = registry.New(registry.Config{Client: f.redis.Client(t), ResyncInterval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	priv, _, _ := release.GenerateKey()
+	key, _ := release.ParsePrivateKey(priv)
+	f.signer = release.NewSigner(key)
+	pub, _ := release.ParsePublicKey(f.signer.PublicKey())
+
+	pay := windlass.MustFunc("pay", func(ctx context.Context, in payArgs) (string, error) {
+		f.runs.Add(1)
+		return fmt.Sprintf("paid %.2f to %s", in.Amount, in.To), nil
+	}, windlass.WithApproval())
+	js, _ := jetstream.New(f.nats.Connect(t))
+	w, err := worker.New(worker.Config{JetStream: js, Registry: f.reg, Releases: release.NewVerifier(pub), Ledger: release.NewLedger(f.redis.Client(t), "")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Register(pay); err != nil {
+		t.Fatal(err)
+	}
+	wctx, wcancel := context.WithCancel(context.Background())
+	wdone := make(chan struct{})
+	go func() { defer close(wdone); _ = w.Run(wctx) }()
+	t.Cleanup(func() { wcancel(); <-wdone })
+
+	f.d, err = dispatcher.New(t.Context(), dispatcher.Config{Conn: f.nats.Connect(t), Registry: f.reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.d.Close() })
+	deadline := time.Now().Add(5 * time.Second)
+	for cat, _ := f.d.Catalog(t.Context()); len(cat) == 0; cat, _ = f.d.Catalog(t.Context()) {
+		if time.Now().After(deadline) {
+			t.Fatal("pay never became live")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	var reviewers []approval.Reviewer
+	for _, name := range []string{"alice", "bob", "carol"} {
+		tok := approval.NewToken()
+		f.tokens[name] = tok
+		reviewers = append(reviewers, approval.Reviewer{Name: name, TokenSHA256: approval.HashToken(tok)})
+	}
+	f.cfg = approval.Config{Conn: f.nats.Connect(t), Redis: f.redis.Client(t), Registry: f.reg, Signer: f.signer,
+		Reviewers: reviewers, Policies: policies,
+		Notify: func(ctx context.Context, ev approval.AuditEvent, _ *approval.HeldCall) error {
+			select {
+			case f.events <- ev:
+			default:
+			}
+			return nil
+		}}
+	f.startService()
+	return f
+}
+
+func (f *fleet) startService() {
+	f.t.Helper()
+	svc, err := approval.New(f.cfg)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.svc = svc
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = svc.Run(ctx) }()
+	api := httptest.NewServer(svc.Handler())
+	f.api = api
+	var once sync.Once
+	f.stopSvc = func() { once.Do(func() { api.Close(); cancel(); <-done }) }
+	f.t.Cleanup(f.stopSvc)
+}
+
+// held waits until the call is held and returns it.
+func (f *fleet) held(id string) *approval.HeldCall {
+	f.t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		h, err := f.svc.Get(context.Background(), id)
+		if err == nil {
+			return h
+		}
+		if time.Now().After(deadline) {
+			f.t.Fatalf("call %s never held: %v", id, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// do sends an API request as reviewer ("" for none) and decodes the answer.
+func (f *fleet) do(method, path, reviewer string, body any) (int, map[string]any) {
+	f.t.Helper()
+	var rd *bytes.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	} else {
+		rd = bytes.NewReader(nil)
+	}
+	req, _ := http.NewRequest(method, f.api.URL+path, rd)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if reviewer != "" {
+		tok := f.tokens[reviewer]
+		if tok == "" {
+			tok = reviewer // a literal wrong token
+		}
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	_ = json.NewDecoder(resp.Body).Decode(&out)
+	return resp.StatusCode, out
+}
+
+func (f *fleet) submit(args payArgs, opts ...dispatcher.CallOption) string {
+	f.t.Helper()
+	id, err := f.d.Submit(f.t.Context(), "pay", args, opts...)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return id
+}
+
+func (f *fleet) wait(id string) windlass.ToolResult {
+	f.t.Helper()
+	ctx, cancel := context.WithTimeout(f.t.Context(), 10*time.Second)
+	defer cancel()
+	r, err := f.d.Wait(ctx, id)
+	if err != nil {
+		f.t.Fatalf("Wait(%s): %v", id, err)
+	}
+	return r
+}
+
+func TestApproveRunsTheCall(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, nil)
+	results := make(chan windlass.ToolResult, 1)
+	go func() {
+		r, _ := f.d.Call(context.Background(), "pay", payArgs{To: "bob", Amount: 5}, dispatcher.WithCallID("pay-1"),
+			dispatcher.WithMetadata(map[string]string{"requester": "agent-1"}))
+		results <- r
+	}()
+	h := f.held("pay-1")
+	if h.Status != approval.StatusPending || h.Requester != "agent-1" || string(h.Arguments) != `{"to":"bob","amount":5}` || f.runs.Load() != 0 {
+		t.Fatalf("held = %+v (runs %d)", h, f.runs.Load())
+	}
+	code, body := f.do("POST", "/v1/approvals/pay-1/approve", "alice", map[string]any{"args_hash": h.ArgsHash})
+	if code != http.StatusOK || body["status"] != "approved" || body["released"] != true {
+		t.Fatalf("approve = %d %v", code, body)
+	}
+	r := <-results
+	if r.IsError || r.Content != "paid 5.00 to bob" || f.runs.Load() != 1 {
+		t.Fatalf("result = %+v (runs %d)", r, f.runs.Load())
+	}
+	// A second decision answers 409 with the first one.
+	code, body = f.do("POST", "/v1/approvals/pay-1/reject", "bob", map[string]any{"reason": "late"})
+	if code != http.StatusConflict || body["call"].(map[string]any)["status"] != "approved" {
+		t.Errorf("second decision = %d %v", code, body)
+	}
+	audit, _ := f.svc.Audit(t.Context(), 100)
+	var kinds []string
+	for _, ev := range audit {
+		kinds = append(kinds, ev.Event+":"+ev.Actor)
+	}
+	if got := strings.Join(kinds, " "); got != "requested:agent-1 approved:alice released:system" {
+		t.Errorf("audit = %s", got)
+	}
+}
+
+func TestRejectAnswersTheCaller(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, nil)
+	id := f.submit(payArgs{To: "mallory", Amount: 1e6})
+	f.held(id)
+	if code, body := f.do("POST", "/v1/approvals/"+id+"/reject", "carol", map[string]any{"reason": "looks like fraud"}); code != http.StatusOK || body["rejected_by"] != "carol" {
+		t.Fatalf("reject = %d %v", code, body)
+	}
+	r := f.wait(id)
+	if r.Code() != windlass.CodeRejected || !strings.Contains(r.Content, "carol") || !strings.Contains(r.Content, "looks like fraud") || f.runs.Load() != 0 {
+		t.Errorf("result = %+v (runs %d)", r, f.runs.Load())
+	}
+}
+
+func TestExpiry(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, map[string]approval.ToolPolicy{"pay": {Window: 300 * time.Millisecond}})
+	id := f.submit(payArgs{To: "bob", Amount: 1})
+	h := f.held(id)
+	r := f.wait(id)
+	if r.Code() != windlass.CodeExpired || f.runs.Load() != 0 {
+		t.Fatalf("result = %+v", r)
+	}
+	if code, body := f.do("POST", "/v1/approvals/"+id+"/approve", "alice", map[string]any{"args_hash": h.ArgsHash}); code != http.StatusConflict || body["call"].(map[string]any)["status"] != "expired" {
+		t.Errorf("approving an expired call = %d %v", code, body)
+	}
+}
+
+func TestAuthentication(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, nil)
+	id := f.submit(payArgs{To: "bob", Amount: 1})
+	h := f.held(id)
+	for _, who := range []string{"", "wlr_not-a-token"} {
+		for _, path := range []string{"/v1/approvals", "/v1/approvals/" + id} {
+			if code, _ := f.do("GET", path, who, nil); code != http.StatusUnauthorized {
+				t.Errorf("GET %s as %q = %d, want 401", path, who, code)
+			}
+		}
+		if code, _ := f.do("POST", "/v1/approvals/"+id+"/approve", who, map[string]any{"args_hash": h.ArgsHash}); code != http.StatusUnauthorized {
+			t.Errorf("approve as %q = %d, want 401", who, code)
+		}
+	}
+	if f.held(id).Status != approval.StatusPending {
+		t.Error("an unauthenticated request decided the call")
+	}
+	code, body := f.do("GET", "/v1/approvals?status=pending&tool=pay", "bob", nil)
+	if items, _ := body["items"].([]any); code != http.StatusOK || len(items) != 1 {
+		t.Errorf("list = %d %v", code, body)
+	}
+	// A form post (not JSON) is refused: no cross-site request forgery.
+	req, _ := http.NewRequest("POST", f.api.URL+"/v1/approvals/"+id+"/reject", strings.NewReader("reason=x"))
+	req.Header.Set("Authorization", "Bearer "+f.tokens["bob"])
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusUnsupportedMediaType {
+		t.Errorf("form post = %v %v", resp.StatusCode, err)
+	} else {
+		resp.Body.Close()
+	}
+	req, _ = http.NewRequest("POST", f.api.URL+"/v1/approvals/"+id+"/reject", strings.NewReader(`{"reason":"x"}`))
+	req.Header.Set("Authorization", "Bearer "+f.tokens["bob"])
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Origin", "https://evil.example")
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusForbidden {
+		t.Errorf("cross-origin post = %v %v", resp.StatusCode, err)
+	} else {
+		resp.Body.Close()
+	}
+}
+
+func TestDecisionBoundToWhatTheReviewerSaw(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, nil)
+	id := f.submit(payArgs{To: "bob", Amount: 5})
+	h := f.held(id)
+	if code, body := f.do("POST", "/v1/approvals/"+id+"/approve", "alice", map[string]any{"args_hash": strings.Repeat("0", 64)}); code != http.StatusPreconditionFailed {
+		t.Errorf("stale hash = %d %v", code, body)
+	}
+	// Edited arguments are validated against the tool's schema.
+	if code, body := f.do("POST", "/v1/approvals/"+id+"/approve", "alice", map[string]any{"args_hash": h.ArgsHash, "arguments": map[string]any{"to": "bob", "amount": -3}}); code != http.StatusUnprocessableEntity || !strings.Contains(fmt.Sprint(body), "$.amount") {
+		t.Errorf("invalid edit = %d %v", code, body)
+	}
+	code, body := f.do("POST", "/v1/approvals/"+id+"/approve", "alice", map[string]any{"args_hash": h.ArgsHash, "arguments": map[string]any{"to": "bob", "amount": 4}})
+	if code != http.StatusOK {
+		t.Fatalf("valid edit = %d %v", code, body)
+	}
+	if r := f.wait(id); r.Content != "paid 4.00 to bob" {
+		t.Errorf("result = %+v: the edited arguments must run", r)
+	}
+	audit, _ := f.svc.Audit(t.Context(), 100)
+	var edit *approval.AuditEvent
+	for i := range audit {
+		if audit[i].Event == "edited" {
+			edit = &audit[i]
+		}
+	}
+	if edit == nil || edit.Fields["before"] != `{"to":"bob","amount":5}` || edit.Fields["after"] != `{"amount":4,"to":"bob"}` || edit.Actor != "alice" {
+		t.Errorf("edit audit = %+v", edit)
+	}
+}
+
+func TestSeparationOfDutiesAndTwoApprovers(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, map[string]approval.ToolPolicy{"pay": {RequiredApprovals: 2, ForbidSelfApproval: true}})
+	id := f.submit(payArgs{To: "x", Amount: 1}, dispatcher.WithMetadata(map[string]string{"requester": "alice"}))
+	h := f.held(id)
+	approve := func(who string) (int, map[string]any) {
+		return f.do("POST", "/v1/approvals/"+id+"/approve", who, map[string]any{"args_hash": h.ArgsHash})
+	}
+	if code, _ := approve("alice"); code != http.StatusForbidden {
+		t.Errorf("self approval = %d", code)
+	}
+	if code, body := approve("bob"); code != http.StatusOK || body["status"] != "pending" {
+		t.Errorf("first of two = %d %v", code, body)
+	}
+	if code, _ := approve("bob"); code != http.StatusConflict {
+		t.Errorf("same reviewer twice = %d", code)
+	}
+	if f.runs.Load() != 0 {
+		t.Fatal("ran after one of two approvals")
+	}
+	if code, body := approve("carol"); code != http.StatusOK || body["status"] != "approved" {
+		t.Errorf("second approver = %d %v", code, body)
+	}
+	if r := f.wait(id); r.IsError {
+		t.Errorf("result = %+v", r)
+	}
+}
+
+func TestConcurrentDecisionsDecideOnce(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, nil)
+	for round := range 5 {
+		id := f.submit(payArgs{To: "r", Amount: float64(round)})
+		h := f.held(id)
+		var wg sync.WaitGroup
+		codes := make([]int, 2)
+		start := make(chan struct{})
+		for i, who := range []string{"alice", "bob"} {
+			wg.Go(func() {
+				<-start
+				if i == 0 {
+					codes[i], _ = f.do("POST", "/v1/approvals/"+id+"/approve", who, map[string]any{"args_hash": h.ArgsHash})
+				} else {
+					codes[i], _ = f.do("POST", "/v1/approvals/"+id+"/reject", who, map[string]any{"reason": "race"})
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		ok, conflict := 0, 0
+		for _, c := range codes {
+			switch c {
+			case http.StatusOK:
+				ok++
+			case http.StatusConflict:
+				conflict++
+			}
+		}
+		if ok != 1 || conflict != 1 {
+			t.Errorf("round %d: codes %v, want one 200 and one 409", round, codes)
+		}
+		f.wait(id)
+	}
+}
+
+func TestRestartLosesNoHeldCall(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, nil)
+	var ids []string
+	for i := range 5 {
+		ids = append(ids, f.submit(payArgs{To: "r", Amount: float64(i)}))
+	}
+	for _, id := range ids {
+		f.held(id)
+	}
+	f.stopSvc()
+	f.redis.Restart(t) // persistent: the held calls are on disk
+	more := f.submit(payArgs{To: "while down", Amount: 9})
+	f.startService()
+	for _, id := range append(ids, more) {
+		h := f.held(id)
+		if code, body := f.do("POST", "/v1/approvals/"+id+"/approve", "alice", map[string]any{"args_hash": h.ArgsHash}); code != http.StatusOK {
+			t.Errorf("approve %s after restart = %d %v", id, code, body)
+		}
+	}
+	for _, id := range append(ids, more) {
+		if r := f.wait(id); r.IsError {
+			t.Errorf("%s: %+v", id, r)
+		}
+	}
+	if f.runs.Load() != 6 {
+		t.Errorf("runs = %d, want 6", f.runs.Load())
+	}
+}
+
+func TestNotifyGetsEveryEvent(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, nil)
+	id := f.submit(payArgs{To: "n", Amount: 1})
+	h := f.held(id)
+	f.do("POST", "/v1/approvals/"+id+"/approve", "bob", map[string]any{"args_hash": h.ArgsHash})
+	var got []string
+	timeout := time.After(5 * time.Second)
+	for len(got) < 3 {
+		select {
+		case ev := <-f.events:
+			got = append(got, ev.Event)
+		case <-timeout:
+			t.Fatalf("events = %v", got)
+		}
+	}
+	if strings.Join(got, ",") != "requested,approved,released" {
+		t.Errorf("events = %v", got)
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	t.Parallel()
+	if _, err := approval.New(approval.Config{}); err == nil || !strings.Contains(err.Error(), "Conn") {
+		t.Errorf("empty config: %v", err)
+	}
+	if _, err := approval.ParseReviewer("alice"); err == nil {
+		t.Error("reviewer without a hash accepted")
+	}
+	if !errors.Is(approval.ErrNotFound, approval.ErrNotFound) {
+		t.Fatal()
+	}
+}

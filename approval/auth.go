@@ -1,0 +1,81 @@
+package approval
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"fmt"
+	"strings"
+)
+
+// Reviewer is a person allowed to decide on held calls. The service keeps
+// only the SHA-256 of the reviewer's bearer token.
+type Reviewer struct {
+	// Name identifies the reviewer in decisions and the audit log.
+	Name string
+	// TokenSHA256 is [HashToken] of the reviewer's bearer token, in hex.
+	TokenSHA256 string
+}
+
+// NewToken returns a new random bearer token.
+func NewToken() string { return "wlr_" + strings.ToLower(rand.Text()) }
+
+// HashToken returns the hex SHA-256 of a token, the form Reviewer stores.
+func HashToken(token string) string {
+	sum := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(sum[:])
+}
+
+// ParseReviewer reads "name=<sha256 hex>", the form of --reviewer flags.
+func ParseReviewer(s string) (Reviewer, error) {
+	name, hash, ok := strings.Cut(s, "=")
+	if !ok {
+		return Reviewer{}, fmt.Errorf("approval: reviewer %q: want name=<sha256 of the token in hex>", s)
+	}
+	return Reviewer{Name: strings.TrimSpace(name), TokenSHA256: strings.TrimSpace(hash)}, nil
+}
+
+type authenticator struct {
+	reviewers []reviewerHash
+}
+
+type reviewerHash struct {
+	name string
+	hash []byte
+}
+
+func newAuthenticator(reviewers []Reviewer) (*authenticator, error) {
+	a := &authenticator{}
+	seen := map[string]bool{}
+	for i, r := range reviewers {
+		h, err := hex.DecodeString(r.TokenSHA256)
+		switch {
+		case r.Name == "" || strings.ContainsAny(r.Name, ", \t\n"):
+			return nil, fmt.Errorf("approval: Config.Reviewers[%d].Name %q must be non-empty without commas or spaces", i, r.Name)
+		case err != nil || len(h) != sha256.Size:
+			return nil, fmt.Errorf("approval: Config.Reviewers[%d] (%s).TokenSHA256 must be 64 hex characters (approval.HashToken of the token)", i, r.Name)
+		case seen[r.Name]:
+			return nil, fmt.Errorf("approval: Config.Reviewers: %q appears twice", r.Name)
+		}
+		seen[r.Name] = true
+		a.reviewers = append(a.reviewers, reviewerHash{name: r.Name, hash: h})
+	}
+	return a, nil
+}
+
+// reviewer returns the reviewer whose token this is, comparing hashes in
+// constant time against every reviewer (no early exit).
+func (a *authenticator) reviewer(token string) (string, bool) {
+	if token == "" {
+		return "", false
+	}
+	sum := sha256.Sum256([]byte(token))
+	found := ""
+	for _, r := range a.reviewers {
+		if subtle.ConstantTimeCompare(sum[:], r.hash) == 1 {
+			found = r.name
+		}
+	}
+	return found, found != ""
+}

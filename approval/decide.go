@@ -1,0 +1,222 @@
+package approval
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/windlass-dev/windlass"
+	"github.com/windlass-dev/windlass/approval/release"
+)
+
+// Errors of [Service.Approve] and [Service.Reject]; the HTTP API maps each
+// to a status code.
+var (
+	// ErrNotFound: no held call has that id (404).
+	ErrNotFound = errNotFound
+	// ErrArgsMismatch: the approval quotes another arguments hash than the
+	// call's: the reviewer saw other arguments (412).
+	ErrArgsMismatch = errors.New("approval: the arguments hash does not match the held call's arguments")
+	// ErrSelfApproval: the requester may not approve their own call (403).
+	ErrSelfApproval = errors.New("approval: the requester of the call may not approve it")
+	// ErrAlreadyApproved: this reviewer already approved; another must (409).
+	ErrAlreadyApproved = errors.New("approval: this reviewer already approved the call; it needs another reviewer")
+	// ErrNoReviewer: a decision without a reviewer identity (401).
+	ErrNoReviewer = errors.New("approval: a decision needs a reviewer")
+)
+
+// DecidedError reports a decision on a call already decided (409). Call is
+// the call with its first decision.
+type DecidedError struct {
+	Call *HeldCall
+}
+
+// Error implements error.
+func (e *DecidedError) Error() string {
+	who := strings.Join(e.Call.Approvers, ", ")
+	if e.Call.Status == StatusRejected {
+		who = e.Call.RejectedBy
+	}
+	return fmt.Sprintf("approval: call %q was already %s (by %s)", e.Call.ID, e.Call.Status, who)
+}
+
+// InvalidArgumentsError reports edited arguments that do not fit the tool's
+// schema (422).
+type InvalidArgumentsError struct {
+	Err error
+}
+
+// Error implements error.
+func (e *InvalidArgumentsError) Error() string { return "approval: edited arguments: " + e.Err.Error() }
+
+// Unwrap returns the validation error (a *windlass.ArgumentError).
+func (e *InvalidArgumentsError) Unwrap() error { return e.Err }
+
+// Get returns one held call.
+func (s *Service) Get(ctx context.Context, id string) (*HeldCall, error) {
+	return s.store.get(ctx, id)
+}
+
+// Filter selects held calls for [Service.List].
+type Filter struct {
+	// Status to list; default pending.
+	Status Status
+	// Tool keeps only this tool's calls when set.
+	Tool string
+	// Offset and Limit page the result (newest first); Limit defaults to 50.
+	Offset, Limit int
+}
+
+// List returns held calls, newest first, and the offset of the next page
+// (0 when there is none).
+func (s *Service) List(ctx context.Context, f Filter) ([]*HeldCall, int, error) {
+	if f.Status == "" {
+		f.Status = StatusPending
+	}
+	if !f.Status.valid() {
+		return nil, 0, fmt.Errorf("approval: status %q: use pending, approved, rejected or expired", f.Status)
+	}
+	if f.Limit <= 0 || f.Limit > 500 {
+		f.Limit = 50
+	}
+	var out []*HeldCall
+	offset := int64(f.Offset)
+	for len(out) < f.Limit {
+		page, err := s.store.list(ctx, f.Status, offset, int64(f.Limit))
+		if err != nil {
+			return nil, 0, err
+		}
+		for i, h := range page {
+			if f.Tool == "" || h.Tool == f.Tool {
+				out = append(out, h)
+				if len(out) == f.Limit {
+					return out, int(offset) + i + 1, nil
+				}
+			}
+		}
+		if len(page) < f.Limit {
+			return out, 0, nil
+		}
+		offset += int64(len(page))
+	}
+	return out, int(offset), nil
+}
+
+// Audit returns the audit log from its start, up to count events.
+func (s *Service) Audit(ctx context.Context, count int) ([]AuditEvent, error) {
+	return s.store.audit(ctx, int64(count))
+}
+
+// Approve records reviewer's approval of call id. argsHash must be the
+// call's current ArgsHash (what the reviewer saw). edited, when not empty,
+// replaces the arguments: it is validated against the tool's schema and
+// restarts the approvals, and the audit log keeps both versions. Once the
+// required number of distinct reviewers approved, the call is released to
+// its tool. The returned call shows the state after the decision.
+func (s *Service) Approve(ctx context.Context, id, reviewer, argsHash string, edited json.RawMessage) (*HeldCall, error) {
+	if reviewer == "" {
+		return nil, ErrNoReviewer
+	}
+	d := decision{approve: true, reviewer: reviewer, seenHash: argsHash}
+	if len(edited) > 0 {
+		h, err := s.store.get(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.validateEdit(ctx, h.Tool, edited); err != nil {
+			return nil, err
+		}
+		canon, err := release.Canonical(edited)
+		if err != nil {
+			return nil, &InvalidArgumentsError{Err: err}
+		}
+		d.editedArgs = canon
+		d.editedHash, _ = release.ArgumentsHash(canon)
+	}
+	return s.decide(ctx, id, d)
+}
+
+// Reject records reviewer's rejection of call id with a reason; the caller
+// receives a rejected result naming the reviewer and the reason.
+func (s *Service) Reject(ctx context.Context, id, reviewer, reason string) (*HeldCall, error) {
+	if reviewer == "" {
+		return nil, ErrNoReviewer
+	}
+	return s.decide(ctx, id, decision{reviewer: reviewer, reason: reason})
+}
+
+func (s *Service) validateEdit(ctx context.Context, tool string, edited json.RawMessage) error {
+	info, err := s.cfg.Registry.Lookup(ctx, tool)
+	if err != nil {
+		return fmt.Errorf("approval: the schema of %q to check the edited arguments against: %w", tool, err)
+	}
+	schema, err := windlass.CompileArguments(info.Spec)
+	if err != nil {
+		return err
+	}
+	if err := schema.Validate(edited); err != nil {
+		return &InvalidArgumentsError{Err: err}
+	}
+	return nil
+}
+
+func (s *Service) decide(ctx context.Context, id string, d decision) (*HeldCall, error) {
+	verdict, err := s.store.decide(ctx, id, d, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	switch verdict[0] {
+	case "missing":
+		return nil, fmt.Errorf("%w: %q", ErrNotFound, id)
+	case "hash_mismatch":
+		return nil, ErrArgsMismatch
+	case "self":
+		return nil, ErrSelfApproval
+	case "already":
+		return nil, ErrAlreadyApproved
+	case "lapsed":
+		if _, err := s.store.expireDue(ctx, time.Now()); err != nil {
+			return nil, err
+		}
+		fallthrough
+	case "decided":
+		h, err := s.store.get(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if h.Status == StatusApproved && !h.Released {
+			if err := s.release(ctx, h); err == nil {
+				h.Released = true
+			}
+		}
+		return nil, &DecidedError{Call: h}
+	}
+	h, err := s.store.get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	switch verdict[0] {
+	case "rejected":
+		reason := cmpReason(d.reason)
+		s.answer(ctx, h, windlass.CodeRejected, fmt.Sprintf("The call to %q was rejected by %s: %s", h.Tool, d.reviewer, reason))
+	case "approved":
+		if err := s.release(ctx, h); err != nil {
+			// Approved and recorded: Run's next start, or the next
+			// decision attempt's 409, finds it unreleased and resumes.
+			s.cfg.Logger.Error("approval: release failed; it will be retried", "call_id", id, "error", err)
+			return h, err
+		}
+		h.Released = true
+	}
+	return h, nil
+}
+
+func cmpReason(r string) string {
+	if strings.TrimSpace(r) == "" {
+		return "no reason given"
+	}
+	return r
+}

@@ -1,0 +1,226 @@
+package approval
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+
+	"golang.org/x/time/rate"
+)
+
+// Handler returns the service's HTTP API (JSON) and its reference dashboard:
+//
+//	GET  /v1/approvals?status=pending&tool=NAME&offset=0&limit=50  list held calls
+//	GET  /v1/approvals/{id}                                        one held call
+//	POST /v1/approvals/{id}/approve  {"args_hash": "...", "arguments": {...}?}
+//	POST /v1/approvals/{id}/reject   {"reason": "..."}
+//	GET  /v1/audit?limit=N                                         the audit log
+//	GET  /                                                         the dashboard page
+//
+// Every /v1 request needs "Authorization: Bearer <reviewer token>"; there is
+// no anonymous access. Decisions must be JSON (Content-Type
+// application/json), which a cross-site form cannot send, and a request
+// whose Origin header names another host is refused; decisions are rate
+// limited per reviewer. Errors are {"error":{"code","message"}} with the
+// status codes of the package's errors: 400, 401, 403, 404, 409 (with the
+// first decision as "call"), 412, 415, 422, 429.
+func (s *Service) Handler() http.Handler {
+	mux := http.NewServeMux()
+	lim := &limiters{m: map[string]*rate.Limiter{}}
+	mux.HandleFunc("GET /v1/approvals", s.authed(s.handleList))
+	mux.HandleFunc("GET /v1/approvals/{id}", s.authed(s.handleGet))
+	mux.HandleFunc("POST /v1/approvals/{id}/approve", s.authed(lim.wrap(s.handleApprove)))
+	mux.HandleFunc("POST /v1/approvals/{id}/reject", s.authed(lim.wrap(s.handleReject)))
+	mux.HandleFunc("GET /v1/audit", s.authed(s.handleAudit))
+	mux.HandleFunc("GET /{$}", serveDashboard)
+	return mux
+}
+
+type reviewerHandler func(w http.ResponseWriter, r *http.Request, reviewer string)
+
+// authed authenticates the bearer token and refuses cross-origin requests.
+func (s *Service) authed(h reviewerHandler) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "no-store")
+		if o := r.Header.Get("Origin"); o != "" {
+			if u, err := url.Parse(o); err != nil || u.Host != r.Host {
+				writeError(w, http.StatusForbidden, "cross_origin", "requests from another origin are refused")
+				return
+			}
+		}
+		token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		name, valid := s.auth.reviewer(strings.TrimSpace(token))
+		if !ok || !valid {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="windlass-approval"`)
+			writeError(w, http.StatusUnauthorized, "unauthorized", "a valid reviewer bearer token is required")
+			return
+		}
+		h(w, r, name)
+	}
+}
+
+// limiters rate-limits decisions per reviewer: 5 a second, bursts of 20.
+type limiters struct {
+	mu sync.Mutex
+	m  map[string]*rate.Limiter
+}
+
+func (l *limiters) wrap(h reviewerHandler) reviewerHandler {
+	return func(w http.ResponseWriter, r *http.Request, reviewer string) {
+		l.mu.Lock()
+		lim, ok := l.m[reviewer]
+		if !ok {
+			lim = rate.NewLimiter(5, 20)
+			l.m[reviewer] = lim
+		}
+		l.mu.Unlock()
+		if !lim.Allow() {
+			w.Header().Set("Retry-After", "1")
+			writeError(w, http.StatusTooManyRequests, "rate_limited", "too many decision attempts; slow down")
+			return
+		}
+		h(w, r, reviewer)
+	}
+}
+
+func (s *Service) handleList(w http.ResponseWriter, r *http.Request, _ string) {
+	q := r.URL.Query()
+	offset, err1 := atoiDefault(q.Get("offset"), 0)
+	limit, err2 := atoiDefault(q.Get("limit"), 50)
+	if err := errors.Join(err1, err2); err != nil {
+		writeError(w, http.StatusBadRequest, "bad_request", "offset and limit must be non-negative integers")
+		return
+	}
+	calls, next, err := s.List(r.Context(), Filter{Status: Status(q.Get("status")), Tool: q.Get("tool"), Offset: offset, Limit: limit})
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+		return
+	}
+	if calls == nil {
+		calls = []*HeldCall{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"items": calls, "next_offset": next})
+}
+
+func atoiDefault(s string, def int) (int, error) {
+	if s == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return 0, errors.New("bad integer")
+	}
+	return n, nil
+}
+
+func (s *Service) handleGet(w http.ResponseWriter, r *http.Request, _ string) {
+	h, err := s.Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.writeDecisionError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, h)
+}
+
+func (s *Service) handleAudit(w http.ResponseWriter, r *http.Request, _ string) {
+	n, err := atoiDefault(r.URL.Query().Get("limit"), 1000)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "bad_request", "limit must be a non-negative integer")
+		return
+	}
+	events, err := s.Audit(r.Context(), n)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, "internal", err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"items": events})
+}
+
+// decodeBody reads a JSON decision body of at most 1 MiB.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
+	if ct := r.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+		writeError(w, http.StatusUnsupportedMediaType, "unsupported_media_type", "decisions must be sent as application/json")
+		return false
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		writeError(w, http.StatusBadRequest, "bad_request", "body: "+err.Error())
+		return false
+	}
+	return true
+}
+
+func (s *Service) handleApprove(w http.ResponseWriter, r *http.Request, reviewer string) {
+	var body struct {
+		ArgsHash  string          `json:"args_hash"`
+		Arguments json.RawMessage `json:"arguments"`
+	}
+	if !decodeBody(w, r, &body) {
+		return
+	}
+	if body.ArgsHash == "" {
+		writeError(w, http.StatusBadRequest, "bad_request", "args_hash is required: the hash of the arguments you reviewed")
+		return
+	}
+	h, err := s.Approve(r.Context(), r.PathValue("id"), reviewer, body.ArgsHash, body.Arguments)
+	if err != nil && h == nil {
+		s.writeDecisionError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, h)
+}
+
+func (s *Service) handleReject(w http.ResponseWriter, r *http.Request, reviewer string) {
+	var body struct {
+		Reason string `json:"reason"`
+	}
+	if !decodeBody(w, r, &body) {
+		return
+	}
+	h, err := s.Reject(r.Context(), r.PathValue("id"), reviewer, body.Reason)
+	if err != nil {
+		s.writeDecisionError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, h)
+}
+
+func (s *Service) writeDecisionError(w http.ResponseWriter, err error) {
+	var (
+		decided *DecidedError
+		invalid *InvalidArgumentsError
+	)
+	switch {
+	case errors.As(err, &decided):
+		writeJSON(w, http.StatusConflict, map[string]any{"error": map[string]string{"code": "already_decided", "message": err.Error()}, "call": decided.Call})
+	case errors.As(err, &invalid):
+		writeError(w, http.StatusUnprocessableEntity, "invalid_arguments", invalid.Err.Error())
+	case errors.Is(err, ErrNotFound):
+		writeError(w, http.StatusNotFound, "not_found", err.Error())
+	case errors.Is(err, ErrArgsMismatch):
+		writeError(w, http.StatusPreconditionFailed, "args_hash_mismatch", err.Error())
+	case errors.Is(err, ErrSelfApproval):
+		writeError(w, http.StatusForbidden, "self_approval", err.Error())
+	case errors.Is(err, ErrAlreadyApproved):
+		writeError(w, http.StatusConflict, "already_approved", err.Error())
+	default:
+		writeError(w, http.StatusInternalServerError, "internal", err.Error())
+	}
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	writeJSON(w, status, map[string]any{"error": map[string]string{"code": code, "message": msg}})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+}

@@ -1,0 +1,306 @@
+package approval
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/windlass-dev/windlass"
+	"github.com/windlass-dev/windlass/approval/release"
+	"github.com/windlass-dev/windlass/internal/layout"
+	"github.com/windlass-dev/windlass/registry"
+)
+
+// Defaults of [Config].
+const (
+	DefaultPrefix         = "windlass:approval:"
+	DefaultWindow         = time.Hour
+	DefaultQueueAllowance = 30 * time.Second
+)
+
+// ToolPolicy is how one gated tool is approved.
+type ToolPolicy struct {
+	// Window is how long a call waits for its decision before it expires.
+	// Zero means Config.DefaultWindow.
+	Window time.Duration
+	// RequiredApprovals is how many distinct reviewers must approve. Zero
+	// means 1.
+	RequiredApprovals int
+	// ForbidSelfApproval refuses an approval by the call's requester
+	// (metadata "requester"): separation of duties.
+	ForbidSelfApproval bool
+}
+
+// Config configures a [Service]. Zero values mean the documented defaults.
+type Config struct {
+	// Conn is the NATS connection. Required; never closed by the service.
+	Conn *nats.Conn
+	// Redis holds the held calls and the audit log. Required.
+	Redis redis.UniversalClient
+	// Registry gives the tools' specs: their schemas (to validate edited
+	// arguments) and timeouts (the deadline of a released call). Required.
+	Registry *registry.Registry
+	// Signer signs releases with the service's private key. Required.
+	Signer *release.Signer
+	// Reviewers may decide, authenticated by their bearer tokens.
+	Reviewers []Reviewer
+	// Policies per tool name; tools without one use the defaults.
+	Policies map[string]ToolPolicy
+	// DefaultWindow is the approval window of tools without a policy.
+	// Default 1h.
+	DefaultWindow time.Duration
+	// QueueAllowance is added to a tool's timeout for the deadline of a
+	// released call: the execution deadline starts at release. Default 30s.
+	QueueAllowance time.Duration
+	// Prefix starts every Redis key. Default "windlass:approval:".
+	Prefix string
+	// Notify receives every audit event, in order, at least once — the
+	// hook the webhook delivery hangs on. It runs on one goroutine; an
+	// error retries the event later. Nil: no notifications.
+	Notify func(ctx context.Context, ev AuditEvent, call *HeldCall) error
+	// Logger receives the service's logs. Default: discard.
+	Logger *slog.Logger
+}
+
+// Service holds gated calls until reviewers decide. Safe for concurrent use.
+type Service struct {
+	cfg   Config
+	store *store
+	js    jetstream.JetStream
+	auth  *authenticator
+}
+
+// New returns a service configured by cfg.
+func New(cfg Config) (*Service, error) {
+	switch {
+	case cfg.Conn == nil:
+		return nil, errors.New("approval: Config.Conn is nil")
+	case cfg.Redis == nil:
+		return nil, errors.New("approval: Config.Redis is nil")
+	case cfg.Registry == nil:
+		return nil, errors.New("approval: Config.Registry is nil")
+	case cfg.Signer == nil:
+		return nil, errors.New("approval: Config.Signer is nil: a release key is required (windlass approval keygen)")
+	case cfg.DefaultWindow < 0 || cfg.QueueAllowance < 0:
+		return nil, errors.New("approval: Config.DefaultWindow and Config.QueueAllowance must not be negative")
+	}
+	for name, p := range cfg.Policies {
+		if p.Window < 0 || p.RequiredApprovals < 0 {
+			return nil, fmt.Errorf("approval: Config.Policies[%q]: window and required approvals must not be negative", name)
+		}
+	}
+	auth, err := newAuthenticator(cfg.Reviewers)
+	if err != nil {
+		return nil, err
+	}
+	cfg.DefaultWindow = cmp.Or(cfg.DefaultWindow, DefaultWindow)
+	cfg.QueueAllowance = cmp.Or(cfg.QueueAllowance, DefaultQueueAllowance)
+	cfg.Prefix = cmp.Or(cfg.Prefix, DefaultPrefix)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	js, err := jetstream.New(cfg.Conn)
+	if err != nil {
+		return nil, fmt.Errorf("approval: jetstream: %w", err)
+	}
+	return &Service{cfg: cfg, store: &store{rc: cfg.Redis, prefix: cfg.Prefix}, js: js, auth: auth}, nil
+}
+
+func (s *Service) policy(tool string) ToolPolicy {
+	p := s.cfg.Policies[tool]
+	p.Window = cmp.Or(p.Window, s.cfg.DefaultWindow)
+	p.RequiredApprovals = cmp.Or(p.RequiredApprovals, 1)
+	return p
+}
+
+// ConsumerName is the approval service's durable consumer on the approvals
+// stream, shared by its replicas.
+const ConsumerName = "approval-service"
+
+// Run consumes gated calls, expires lapsed ones, finishes releases a crash
+// interrupted and feeds Notify, until ctx ends.
+func (s *Service) Run(ctx context.Context) error {
+	if err := layout.EnsureStreams(ctx, s.js, layout.ApprovalsConfig(layout.StreamOptions{}), layout.CallsConfig(layout.StreamOptions{}), layout.ResultsConfig(layout.StreamOptions{})); err != nil {
+		return fmt.Errorf("approval: %w", err)
+	}
+	cons, err := s.js.CreateOrUpdateConsumer(ctx, layout.ApprovalsStream, jetstream.ConsumerConfig{
+		Durable: ConsumerName, FilterSubject: layout.ApprovalSubjects, AckPolicy: jetstream.AckExplicitPolicy,
+		AckWait: 30 * time.Second, MaxDeliver: -1, Description: "Windlass approval service",
+	})
+	if err != nil {
+		return fmt.Errorf("approval: consumer: %w", err)
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(64))
+	if err != nil {
+		return fmt.Errorf("approval: pull: %w", err)
+	}
+	if err := s.resumeReleases(ctx); err != nil {
+		s.cfg.Logger.Warn("approval: resuming interrupted releases failed; will retry", "error", err)
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			msg, err := it.Next(jetstream.NextContext(ctx))
+			if err != nil {
+				if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+					return
+				}
+				continue
+			}
+			s.intake(ctx, msg)
+		}
+	})
+	wg.Go(func() { s.expiryLoop(ctx) })
+	if s.cfg.Notify != nil {
+		wg.Go(func() { s.notifyLoop(ctx) })
+	}
+	<-ctx.Done()
+	it.Stop()
+	wg.Wait()
+	return nil
+}
+
+// intake persists one gated call, then acks it.
+func (s *Service) intake(ctx context.Context, msg jetstream.Msg) {
+	log := s.cfg.Logger
+	var call windlass.ToolCall
+	if err := json.Unmarshal(msg.Data(), &call); err != nil || call.Validate() != nil {
+		log.Warn("approval: malformed gated call; terminating it", "subject", msg.Subject(), "error", cmp.Or(err, call.Validate()))
+		_ = msg.Term()
+		return
+	}
+	argsHash, err := release.ArgumentsHash(call.Arguments)
+	if err != nil {
+		_ = msg.Term()
+		return
+	}
+	now := time.Now()
+	p := s.policy(call.Name)
+	expires := now.Add(p.Window)
+	if !call.Deadline.IsZero() && call.Deadline.Before(expires) {
+		expires = call.Deadline // nobody waits for a decision past the caller's deadline
+	}
+	args := call.Arguments
+	if len(args) == 0 || string(args) == "null" {
+		args = json.RawMessage("{}")
+	}
+	h := &HeldCall{ID: call.ID, Tool: call.Name, Arguments: args, ArgsHash: argsHash, SpecHash: call.SpecHash,
+		Requester: call.Metadata["requester"], Metadata: call.Metadata, RequestedAt: now, ExpiresAt: expires,
+		Status: StatusPending, RequiredApprovals: p.RequiredApprovals, call: call,
+		origin: msg.Headers().Get(layout.HeaderOrigin), forbidSelf: p.ForbidSelfApproval}
+	if strings.ContainsRune(h.Requester, ',') {
+		h.Requester = strings.ReplaceAll(h.Requester, ",", "_")
+	}
+	if _, err := s.store.hold(ctx, h); err != nil {
+		log.Error("approval: could not persist the call; leaving it for redelivery", "call_id", call.ID, "error", err)
+		return // not acked: redelivered after the ack wait
+	}
+	if err := msg.DoubleAck(ctx); err != nil {
+		log.Warn("approval: ack failed; the call will be redelivered and found held", "call_id", call.ID, "error", err)
+	}
+	log.Info("approval: call held", "call_id", call.ID, "tool", call.Name, "expires_at", expires)
+}
+
+// expiryLoop expires lapsed calls and answers their callers.
+func (s *Service) expiryLoop(ctx context.Context) {
+	t := time.NewTicker(200 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		ids, err := s.store.expireDue(ctx, time.Now())
+		if err != nil && ctx.Err() == nil {
+			s.cfg.Logger.Warn("approval: expiry pass failed", "error", err)
+		}
+		for _, id := range ids {
+			h, err := s.store.get(ctx, id)
+			if err != nil {
+				continue
+			}
+			s.answer(ctx, h, windlass.CodeExpired, fmt.Sprintf("The call to %q was not approved within its approval window (it expired at %s) and was not run.", h.Tool, h.ExpiresAt.Format(time.RFC3339)))
+		}
+	}
+}
+
+// answer publishes an error result to the call's caller.
+func (s *Service) answer(ctx context.Context, h *HeldCall, code windlass.ErrorCode, text string) {
+	r := windlass.ErrorResult(h.call, code, text)
+	data, _ := json.Marshal(r)
+	origin := h.origin
+	if windlass.ValidateName(origin) != nil {
+		origin = "anonymous"
+	}
+	m := &nats.Msg{Subject: layout.ResultSubject(origin, h.ID), Data: data, Header: nats.Header{
+		nats.MsgIdHdr: []string{layout.ResultMsgID(h.ID)}, layout.HeaderProtocol: []string{fmt.Sprint(windlass.ProtocolVersion)}}}
+	if _, err := s.js.PublishMsg(context.WithoutCancel(ctx), m); err != nil {
+		s.cfg.Logger.Error("approval: could not answer the caller", "call_id", h.ID, "code", code, "error", err)
+	}
+}
+
+// release publishes an approved call to its tool's subject with a signed
+// release, deduplicated by call id, and marks it released.
+func (s *Service) release(ctx context.Context, h *HeldCall) error {
+	timeout := windlass.DefaultTimeout
+	if info, err := s.cfg.Registry.Lookup(ctx, h.Tool); err == nil {
+		timeout = info.Spec.Timeout
+	}
+	call := h.call
+	call.Attempt = 0
+	if h.ApprovedArguments != nil {
+		call.Arguments = h.ApprovedArguments
+	}
+	// The execution deadline starts at release: the tool's timeout plus an
+	// allowance for a free worker, not the time the request was made.
+	call.Deadline = time.Now().Add(timeout + s.cfg.QueueAllowance)
+	data, err := json.Marshal(call)
+	if err != nil {
+		return err
+	}
+	hdr, err := s.cfg.Signer.Sign(release.Release{CallID: h.ID, Tool: h.Tool, SpecHash: h.SpecHash, ArgsHash: h.ArgsHash, ExpiresAt: call.Deadline, ApprovedBy: h.Approvers})
+	if err != nil {
+		return err
+	}
+	m := &nats.Msg{Subject: layout.CallSubject(h.Tool), Data: data, Header: nats.Header{
+		nats.MsgIdHdr: []string{h.ID}, layout.HeaderOrigin: []string{h.origin}, release.Header: []string{hdr},
+		layout.HeaderProtocol: []string{fmt.Sprint(windlass.ProtocolVersion)}}}
+	if _, err := s.js.PublishMsg(ctx, m); err != nil {
+		return fmt.Errorf("approval: release %q: %w", h.ID, err)
+	}
+	return s.store.markReleased(ctx, h.ID)
+}
+
+// resumeReleases finishes the releases of approved calls a crash left
+// unpublished. The calls stream's duplicate window drops a second publish
+// of a release that did reach it.
+func (s *Service) resumeReleases(ctx context.Context) error {
+	for offset := int64(0); ; offset += 100 {
+		page, err := s.store.list(ctx, StatusApproved, offset, 100)
+		if err != nil {
+			return err
+		}
+		for _, h := range page {
+			if !h.Released {
+				if err := s.release(ctx, h); err != nil {
+					return err
+				}
+				s.cfg.Logger.Info("approval: finished an interrupted release", "call_id", h.ID)
+			}
+		}
+		if len(page) < 100 {
+			return nil
+		}
+	}
+}

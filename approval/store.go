@@ -1,0 +1,380 @@
+package approval
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/windlass-dev/windlass"
+)
+
+// Status is a held call's state.
+type Status string
+
+// The states of a held call. Pending is the only one a decision can leave.
+const (
+	StatusPending  Status = "pending"
+	StatusApproved Status = "approved"
+	StatusRejected Status = "rejected"
+	StatusExpired  Status = "expired"
+)
+
+func (s Status) valid() bool {
+	switch s {
+	case StatusPending, StatusApproved, StatusRejected, StatusExpired:
+		return true
+	}
+	return false
+}
+
+// HeldCall is a gated call as the approval service keeps it.
+type HeldCall struct {
+	// ID is the call id.
+	ID string `json:"id"`
+	// Tool is the tool's name.
+	Tool string `json:"tool"`
+	// Arguments are the arguments as the caller sent them.
+	Arguments json.RawMessage `json:"arguments"`
+	// ArgsHash is the hash of the arguments a reviewer approves now: of
+	// ApprovedArguments once a reviewer edited them, else of Arguments. An
+	// approval must quote it.
+	ArgsHash string `json:"args_hash"`
+	// ApprovedArguments are a reviewer's edit of the arguments, if any.
+	ApprovedArguments json.RawMessage `json:"approved_arguments,omitempty"`
+	// SpecHash is the spec version the caller saw.
+	SpecHash string `json:"spec_hash,omitempty"`
+	// Requester is who asked for the call (metadata "requester").
+	Requester string `json:"requester,omitempty"`
+	// Metadata is the caller's metadata.
+	Metadata map[string]string `json:"metadata,omitempty"`
+	// RequestedAt is when the service received the call.
+	RequestedAt time.Time `json:"requested_at"`
+	// ExpiresAt is when the approval window lapses.
+	ExpiresAt time.Time `json:"expires_at"`
+	// Status is the call's state.
+	Status Status `json:"status"`
+	// RequiredApprovals is how many distinct reviewers must approve.
+	RequiredApprovals int `json:"required_approvals"`
+	// Approvers are the reviewers who approved so far, in order.
+	Approvers []string `json:"approvers,omitempty"`
+	// RejectedBy is the reviewer who rejected the call.
+	RejectedBy string `json:"rejected_by,omitempty"`
+	// Reason is the rejection's reason.
+	Reason string `json:"reason,omitempty"`
+	// DecidedAt is when the call left pending.
+	DecidedAt time.Time `json:"decided_at,omitzero"`
+	// Released is true once an approved call was published to its tool.
+	Released bool `json:"released"`
+
+	call       windlass.ToolCall
+	forbidSelf bool
+	origin     string
+}
+
+// store is the approval service's Redis layout (see the package doc).
+type store struct {
+	rc     redis.UniversalClient
+	prefix string
+}
+
+func (s *store) callKey(id string) string   { return s.prefix + "call:" + id }
+func (s *store) statusKey(st Status) string { return s.prefix + "status:" + string(st) }
+func (s *store) pendingKey() string         { return s.prefix + "pending" }
+func (s *store) auditKey() string           { return s.prefix + "audit" }
+func (s *store) statusKeys() (keys [4]string) { // pending, approved, rejected, expired
+	for i, st := range []Status{StatusPending, StatusApproved, StatusRejected, StatusExpired} {
+		keys[i] = s.statusKey(st)
+	}
+	return keys
+}
+
+// holdScript stores a new held call unless it exists (a redelivery).
+// KEYS: call, pending zset, status:pending, audit. ARGV: id, requested_ms,
+// expires_ms, then field/value pairs.
+var holdScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+for i = 4, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+redis.call('HSET', KEYS[1], 'status', 'pending')
+redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
+redis.call('ZADD', KEYS[3], ARGV[2], ARGV[1])
+redis.call('XADD', KEYS[4], '*', 'event', 'requested', 'call_id', ARGV[1], 'actor', redis.call('HGET', KEYS[1], 'requester') or '')
+return 1
+`)
+
+// decideScript applies one reviewer's decision atomically.
+// KEYS: call, pending, status:pending, status:approved, status:rejected, audit.
+// ARGV: id, action, reviewer, now_ms, seen_hash, edited_args, edited_hash, reason.
+var decideScript = redis.NewScript(`
+local st = redis.call('HGET', KEYS[1], 'status')
+if not st then return {'missing'} end
+if st ~= 'pending' then return {'decided', st} end
+local id, action, reviewer, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+if tonumber(redis.call('HGET', KEYS[1], 'expires_ms')) <= tonumber(now) then return {'lapsed'} end
+local requested = redis.call('HGET', KEYS[1], 'requested_ms')
+if action == 'reject' then
+  redis.call('HSET', KEYS[1], 'status', 'rejected', 'rejected_by', reviewer, 'reason', ARGV[8], 'decided_ms', now)
+  redis.call('ZREM', KEYS[2], id)
+  redis.call('ZREM', KEYS[3], id)
+  redis.call('ZADD', KEYS[5], requested, id)
+  redis.call('XADD', KEYS[6], '*', 'event', 'rejected', 'call_id', id, 'actor', reviewer, 'reason', ARGV[8])
+  return {'rejected'}
+end
+if redis.call('HGET', KEYS[1], 'args_hash') ~= ARGV[5] then return {'hash_mismatch'} end
+if redis.call('HGET', KEYS[1], 'forbid_self') == '1' and redis.call('HGET', KEYS[1], 'requester') == reviewer then return {'self'} end
+local approvers = redis.call('HGET', KEYS[1], 'approvers') or ''
+if ARGV[6] ~= '' then
+  -- An edit restarts the approvals: earlier ones were for other arguments.
+  local original = redis.call('HGET', KEYS[1], 'approved_args') or redis.call('HGET', KEYS[1], 'args')
+  redis.call('HSET', KEYS[1], 'approved_args', ARGV[6], 'args_hash', ARGV[7])
+  redis.call('XADD', KEYS[6], '*', 'event', 'edited', 'call_id', id, 'actor', reviewer, 'before', original, 'after', ARGV[6])
+  approvers = ''
+end
+for a in string.gmatch(approvers, '[^,]+') do
+  if a == reviewer then return {'already'} end
+end
+if approvers == '' then approvers = reviewer else approvers = approvers .. ',' .. reviewer end
+redis.call('HSET', KEYS[1], 'approvers', approvers)
+local n = 0
+for _ in string.gmatch(approvers, '[^,]+') do n = n + 1 end
+if n < tonumber(redis.call('HGET', KEYS[1], 'required')) then
+  redis.call('XADD', KEYS[6], '*', 'event', 'approval', 'call_id', id, 'actor', reviewer)
+  return {'partial', tostring(n)}
+end
+redis.call('HSET', KEYS[1], 'status', 'approved', 'decided_ms', now)
+redis.call('ZREM', KEYS[2], id)
+redis.call('ZREM', KEYS[3], id)
+redis.call('ZADD', KEYS[4], requested, id)
+redis.call('XADD', KEYS[6], '*', 'event', 'approved', 'call_id', id, 'actor', reviewer)
+return {'approved'}
+`)
+
+// expireScript expires a pending call whose window lapsed.
+// KEYS: call, pending, status:pending, status:expired, audit. ARGV: id, now_ms.
+var expireScript = redis.NewScript(`
+if redis.call('HGET', KEYS[1], 'status') ~= 'pending' then
+  redis.call('ZREM', KEYS[2], ARGV[1])
+  return 0
+end
+if tonumber(redis.call('HGET', KEYS[1], 'expires_ms')) > tonumber(ARGV[2]) then return 0 end
+redis.call('HSET', KEYS[1], 'status', 'expired', 'decided_ms', ARGV[2])
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('ZREM', KEYS[3], ARGV[1])
+redis.call('ZADD', KEYS[4], redis.call('HGET', KEYS[1], 'requested_ms'), ARGV[1])
+redis.call('XADD', KEYS[5], '*', 'event', 'expired', 'call_id', ARGV[1], 'actor', 'system')
+return 1
+`)
+
+// releasedScript marks an approved call released, once.
+// KEYS: call, audit. ARGV: id.
+var releasedScript = redis.NewScript(`
+if redis.call('HGET', KEYS[1], 'released') == '1' then return 0 end
+redis.call('HSET', KEYS[1], 'released', '1')
+redis.call('XADD', KEYS[2], '*', 'event', 'released', 'call_id', ARGV[1], 'actor', 'system')
+return 1
+`)
+
+// hold persists a new held call; it reports false for one already held.
+func (s *store) hold(ctx context.Context, h *HeldCall) (bool, error) {
+	callJSON, err := json.Marshal(h.call)
+	if err != nil {
+		return false, err
+	}
+	meta, _ := json.Marshal(h.Metadata)
+	args := []any{h.ID, h.RequestedAt.UnixMilli(), h.ExpiresAt.UnixMilli(),
+		"call", string(callJSON), "args", string(h.Arguments), "args_hash", h.ArgsHash, "tool", h.Tool,
+		"spec_hash", h.SpecHash, "requester", h.Requester, "metadata", string(meta), "origin", h.origin,
+		"requested_ms", h.RequestedAt.UnixMilli(), "expires_ms", h.ExpiresAt.UnixMilli(),
+		"required", h.RequiredApprovals, "forbid_self", boolField(h.forbidSelf), "released", "0"}
+	n, err := holdScript.Run(ctx, s.rc, []string{s.callKey(h.ID), s.pendingKey(), s.statusKey(StatusPending), s.auditKey()}, args...).Int()
+	if err != nil {
+		return false, fmt.Errorf("approval: hold %q: %w", h.ID, err)
+	}
+	return n == 1, nil
+}
+
+func boolField(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+// decision is one reviewer's input to decide.
+type decision struct {
+	approve    bool
+	reviewer   string
+	seenHash   string
+	editedArgs json.RawMessage
+	editedHash string
+	reason     string
+}
+
+// decide applies d and returns the script's verdict.
+func (s *store) decide(ctx context.Context, id string, d decision, now time.Time) ([]string, error) {
+	k := s.statusKeys()
+	action := "reject"
+	if d.approve {
+		action = "approve"
+	}
+	res, err := decideScript.Run(ctx, s.rc,
+		[]string{s.callKey(id), s.pendingKey(), k[0], k[1], k[2], s.auditKey()},
+		id, action, d.reviewer, now.UnixMilli(), d.seenHash, string(d.editedArgs), d.editedHash, d.reason).StringSlice()
+	if err != nil {
+		return nil, fmt.Errorf("approval: decide %q: %w", id, err)
+	}
+	return res, nil
+}
+
+// expireDue expires every pending call whose window lapsed by now and
+// returns their ids.
+func (s *store) expireDue(ctx context.Context, now time.Time) ([]string, error) {
+	ids, err := s.rc.ZRangeByScore(ctx, s.pendingKey(), &redis.ZRangeBy{Min: "-inf", Max: strconv.FormatInt(now.UnixMilli(), 10), Count: 256}).Result()
+	if err != nil {
+		return nil, fmt.Errorf("approval: due calls: %w", err)
+	}
+	k := s.statusKeys()
+	var expired []string
+	for _, id := range ids {
+		n, err := expireScript.Run(ctx, s.rc, []string{s.callKey(id), s.pendingKey(), k[0], k[3], s.auditKey()}, id, now.UnixMilli()).Int()
+		if err != nil {
+			return expired, fmt.Errorf("approval: expire %q: %w", id, err)
+		}
+		if n == 1 {
+			expired = append(expired, id)
+		}
+	}
+	return expired, nil
+}
+
+func (s *store) markReleased(ctx context.Context, id string) error {
+	if err := releasedScript.Run(ctx, s.rc, []string{s.callKey(id), s.auditKey()}, id).Err(); err != nil {
+		return fmt.Errorf("approval: mark %q released: %w", id, err)
+	}
+	return nil
+}
+
+// errNotFound is returned by get for an id never held.
+var errNotFound = errors.New("approval: no such held call")
+
+// get reads one held call.
+func (s *store) get(ctx context.Context, id string) (*HeldCall, error) {
+	m, err := s.rc.HGetAll(ctx, s.callKey(id)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("approval: get %q: %w", id, err)
+	}
+	if len(m) == 0 {
+		return nil, fmt.Errorf("%w: %q", errNotFound, id)
+	}
+	return decodeHeld(id, m)
+}
+
+func decodeHeld(id string, m map[string]string) (*HeldCall, error) {
+	h := &HeldCall{ID: id, Tool: m["tool"], Arguments: json.RawMessage(m["args"]), ArgsHash: m["args_hash"],
+		SpecHash: m["spec_hash"], Requester: m["requester"], Status: Status(m["status"]), Reason: m["reason"],
+		RejectedBy: m["rejected_by"], Released: m["released"] == "1", origin: m["origin"]}
+	if m["approved_args"] != "" {
+		h.ApprovedArguments = json.RawMessage(m["approved_args"])
+	}
+	if m["approvers"] != "" {
+		h.Approvers = strings.Split(m["approvers"], ",")
+	}
+	h.RequiredApprovals, _ = strconv.Atoi(m["required"])
+	h.RequestedAt = msTime(m["requested_ms"])
+	h.ExpiresAt = msTime(m["expires_ms"])
+	h.DecidedAt = msTime(m["decided_ms"])
+	if m["metadata"] != "" && m["metadata"] != "null" {
+		_ = json.Unmarshal([]byte(m["metadata"]), &h.Metadata)
+	}
+	if err := json.Unmarshal([]byte(m["call"]), &h.call); err != nil {
+		return nil, fmt.Errorf("approval: held call %q: decode call: %w", id, err)
+	}
+	return h, nil
+}
+
+func msTime(s string) time.Time {
+	ms, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || ms == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms)
+}
+
+// list returns held calls of one status, newest first, from offset.
+func (s *store) list(ctx context.Context, st Status, offset, limit int64) ([]*HeldCall, error) {
+	ids, err := s.rc.ZRevRange(ctx, s.statusKey(st), offset, offset+limit-1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("approval: list %s: %w", st, err)
+	}
+	pipe := s.rc.Pipeline()
+	cmds := make([]*redis.MapStringStringCmd, len(ids))
+	for i, id := range ids {
+		cmds[i] = pipe.HGetAll(ctx, s.callKey(id))
+	}
+	if len(ids) > 0 {
+		if _, err := pipe.Exec(ctx); err != nil {
+			return nil, fmt.Errorf("approval: list %s: %w", st, err)
+		}
+	}
+	out := make([]*HeldCall, 0, len(ids))
+	for i, id := range ids {
+		if m := cmds[i].Val(); len(m) > 0 {
+			h, err := decodeHeld(id, m)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, h)
+		}
+	}
+	return out, nil
+}
+
+// AuditEvent is one entry of the append-only audit log.
+type AuditEvent struct {
+	// ID is the Redis stream entry id (time-ordered).
+	ID string `json:"id"`
+	// Event is requested, approval, edited, approved, rejected, expired or released.
+	Event string `json:"event"`
+	// CallID is the held call.
+	CallID string `json:"call_id"`
+	// Actor is the reviewer, the requester, or "system".
+	Actor string `json:"actor"`
+	// Fields holds the event's other fields (reason, before, after).
+	Fields map[string]string `json:"fields,omitempty"`
+}
+
+// audit reads the audit log from the start, up to count entries.
+func (s *store) audit(ctx context.Context, count int64) ([]AuditEvent, error) {
+	msgs, err := s.rc.XRangeN(ctx, s.auditKey(), "-", "+", count).Result()
+	if err != nil {
+		return nil, fmt.Errorf("approval: audit: %w", err)
+	}
+	out := make([]AuditEvent, 0, len(msgs))
+	for _, m := range msgs {
+		out = append(out, auditEvent(m))
+	}
+	return out, nil
+}
+
+func auditEvent(m redis.XMessage) AuditEvent {
+	ev := AuditEvent{ID: m.ID, Fields: map[string]string{}}
+	for k, v := range m.Values {
+		sv, _ := v.(string)
+		switch k {
+		case "event":
+			ev.Event = sv
+		case "call_id":
+			ev.CallID = sv
+		case "actor":
+			ev.Actor = sv
+		default:
+			ev.Fields[k] = sv
+		}
+	}
+	return ev
+}
