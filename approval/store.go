@@ -378,3 +378,9 @@ func auditEvent(m redis.XMessage) AuditEvent {
 	}
 	return ev
 }
+
+// auditTime is the time of an audit entry from its stream id.
+func auditTime(id string) time.Time {
+	ms, _, _ := strings.Cut(id, "-")
+	return msTime(ms)
+}

@@ -94,7 +94,7 @@ func (d *Dispatcher) prepare(ctx context.Context, name string, args any, opts []
 	}
 	call.Arguments = raw
 	call.SpecHash = cmp.Or(o.specHash, info.Hash)
-	call.Deadline = d.deadline(ctx, o, info.Spec.Timeout)
+	call.Deadline = d.deadline(ctx, o, info.Spec)
 
 	data, err := json.Marshal(call)
 	if err != nil {
@@ -129,7 +129,7 @@ func headerSize(h nats.Header) int {
 }
 
 // deadline picks the call's absolute deadline.
-func (d *Dispatcher) deadline(ctx context.Context, o callOptions, toolTimeout time.Duration) time.Time {
+func (d *Dispatcher) deadline(ctx context.Context, o callOptions, spec windlass.Spec) time.Time {
 	switch {
 	case !o.deadline.IsZero():
 		return o.deadline
@@ -139,7 +139,11 @@ func (d *Dispatcher) deadline(ctx context.Context, o callOptions, toolTimeout ti
 	if dl, ok := ctx.Deadline(); ok {
 		return dl
 	}
-	return time.Now().Add(toolTimeout + d.cfg.QueueAllowance)
+	bound := spec.Timeout + d.cfg.QueueAllowance
+	if spec.RequiresApproval {
+		bound += d.cfg.ApprovalWait // a human decides first
+	}
+	return time.Now().Add(bound)
 }
 
 // schema returns the compiled arguments schema of a spec version, compiling

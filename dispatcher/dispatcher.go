@@ -25,6 +25,7 @@ import (
 const (
 	DefaultQueueAllowance = 30 * time.Second
 	DefaultMaxWait        = 15 * time.Minute
+	DefaultApprovalWait   = time.Hour
 )
 
 // ErrNoResult is returned by [Dispatcher.Result] when the call has no result
@@ -46,6 +47,10 @@ type Config struct {
 	// QueueAllowance is added to a tool's timeout to bound a call that has
 	// no deadline of its own: time to wait for a free worker. Default 30s.
 	QueueAllowance time.Duration
+	// ApprovalWait is added to the bound of a call of a gated tool that
+	// has no deadline of its own: time for a human to decide. Default 1h,
+	// the approval service's default window.
+	ApprovalWait time.Duration
 	// MaxWait bounds [Dispatcher.Wait] for a call submitted elsewhere when
 	// ctx has no deadline. Default 15m.
 	MaxWait time.Duration
@@ -80,14 +85,15 @@ func New(ctx context.Context, cfg Config) (*Dispatcher, error) {
 		return nil, errors.New("dispatcher: Config.Conn is nil: pass a *nats.Conn")
 	case cfg.Registry == nil:
 		return nil, errors.New("dispatcher: Config.Registry is nil: pass a *registry.Registry")
-	case cfg.QueueAllowance < 0 || cfg.MaxWait < 0:
-		return nil, errors.New("dispatcher: Config.QueueAllowance and Config.MaxWait must not be negative")
+	case cfg.QueueAllowance < 0 || cfg.MaxWait < 0 || cfg.ApprovalWait < 0:
+		return nil, errors.New("dispatcher: Config.QueueAllowance, Config.MaxWait and Config.ApprovalWait must not be negative")
 	case cfg.ID != "" && windlass.ValidateName(cfg.ID) != nil:
 		return nil, fmt.Errorf("dispatcher: Config.ID %q must match %s (it is a subject token)", cfg.ID, windlass.NamePattern)
 	}
 	cfg.ID = cmp.Or(cfg.ID, "d"+strings.ToLower(rand.Text()[:12]))
 	cfg.QueueAllowance = cmp.Or(cfg.QueueAllowance, DefaultQueueAllowance)
 	cfg.MaxWait = cmp.Or(cfg.MaxWait, DefaultMaxWait)
+	cfg.ApprovalWait = cmp.Or(cfg.ApprovalWait, DefaultApprovalWait)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}

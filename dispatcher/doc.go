@@ -17,5 +17,7 @@
 //
 // Every wait is bounded: by the call's deadline ([WithTimeout],
 // [WithDeadline], or the context's deadline), else by the tool's timeout
-// plus Config.QueueAllowance.
+// plus Config.QueueAllowance (plus Config.ApprovalWait for a gated tool,
+// whose call first waits for a human; the approval service holds it at most
+// until that deadline and restarts the execution deadline at release).
 package dispatcher

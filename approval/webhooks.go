@@ -1,0 +1,61 @@
+package approval
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/windlass-dev/windlass/approval/webhook"
+)
+
+// webhookTypes maps audit events to the webhook event types the dashboard
+// receives; other audit events (approval, edited, released) are not sent.
+var webhookTypes = map[string]string{
+	"requested": "approval.requested",
+	"approved":  "approval.approved",
+	"rejected":  "approval.rejected",
+	"expired":   "approval.expired",
+}
+
+// WebhookNotifier returns a Config.Notify that posts approval.requested,
+// approval.approved, approval.rejected and approval.expired to the sender's
+// endpoints, signed per Standard Webhooks. The webhook-id is derived from
+// the audit entry, so it stays the same across retries and restarts. An
+// event the sender gave up on (retries exhausted, endpoint gone) is logged
+// by the sender and not retried again; an interrupted delivery (the service
+// stopping) is retried when the service starts again.
+func WebhookNotifier(sender *webhook.Sender) func(context.Context, AuditEvent, *HeldCall) error {
+	return func(ctx context.Context, ev AuditEvent, call *HeldCall) error {
+		typ, ok := webhookTypes[ev.Event]
+		if !ok {
+			return nil
+		}
+		data := map[string]any{"event_id": ev.ID, "call_id": ev.CallID, "actor": ev.Actor}
+		if call != nil {
+			data["call"] = call
+		}
+		for _, r := range sender.Deliver(ctx, webhook.Event{ID: "msg_" + strings.ReplaceAll(ev.ID, ".", "_"), Type: typ, Timestamp: auditTime(ev.ID), Data: data}) {
+			if r.Err != nil && (errors.Is(r.Err, context.Canceled) || errors.Is(r.Err, context.DeadlineExceeded)) && ctx.Err() != nil {
+				return r.Err
+			}
+		}
+		return nil
+	}
+}
+
+// RecordWebhookAttempt appends one delivery attempt to the service's
+// webhook log (<prefix>webhooks, a Redis stream capped at about 100,000
+// entries), for webhook.Config.OnAttempt.
+func (s *Service) RecordWebhookAttempt(ctx context.Context, a webhook.Attempt) error {
+	errText := ""
+	if a.Err != nil {
+		errText = a.Err.Error()
+	}
+	return s.cfg.Redis.XAdd(ctx, &redis.XAddArgs{
+		Stream: s.cfg.Prefix + "webhooks", MaxLen: 100000, Approx: true,
+		Values: []any{"url", a.URL, "event_id", a.EventID, "attempt", a.Number, "status", a.StatusCode,
+			"error", errText, "duration_ms", a.Duration.Milliseconds(), "next_delay_ms", a.NextDelay.Milliseconds()},
+	}).Err()
+}

@@ -1,0 +1,116 @@
+package approval_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/windlass-dev/windlass/approval"
+	"github.com/windlass-dev/windlass/approval/webhook"
+)
+
+func TestWebhooksReachADashboardThatWasDown(t *testing.T) {
+	t.Parallel()
+	secret := webhook.NewSecret()
+	var (
+		up       atomic.Bool
+		mu       sync.Mutex
+		received []string          // event types, in order
+		ids      = map[string]int{} // webhook-id -> deliveries
+		refused  atomic.Int64
+	)
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if !up.Load() {
+			refused.Add(1)
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		if err := webhook.Verify([]webhook.Secret{secret}, r.Header, body, 0); err != nil {
+			t.Errorf("signature: %v", err)
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		var p struct {
+			Type string `json:"type"`
+		}
+		_ = json.Unmarshal(body, &p)
+		mu.Lock()
+		ids[r.Header.Get("webhook-id")]++
+		if ids[r.Header.Get("webhook-id")] == 1 {
+			received = append(received, p.Type)
+		}
+		mu.Unlock()
+	}))
+	defer receiver.Close()
+
+	f := newFleet(t, map[string]approval.ToolPolicy{"pay": {Window: 2 * time.Second}})
+	var attempts atomic.Int64
+	sender, err := webhook.New(webhook.Config{
+		Endpoints:       []webhook.Endpoint{{URL: receiver.URL, Secrets: []webhook.Secret{secret}}},
+		AllowPrivate:    true, // the receiver is on localhost
+		InitialInterval: 50 * time.Millisecond, MaxInterval: 200 * time.Millisecond, MaxElapsed: time.Minute,
+		OnAttempt: func(a webhook.Attempt) {
+			attempts.Add(1)
+			_ = f.svc.RecordWebhookAttempt(context.Background(), a)
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sender.CloseIdleConnections()
+	f.stopSvc()
+	f.cfg.Notify = approval.WebhookNotifier(sender)
+	f.startService()
+
+	approved := f.submit(payArgs{To: "a", Amount: 1})
+	h := f.held(approved)
+	f.do("POST", "/v1/approvals/"+approved+"/approve", "alice", map[string]any{"args_hash": h.ArgsHash})
+	rejected := f.submit(payArgs{To: "b", Amount: 1})
+	f.held(rejected)
+	f.do("POST", "/v1/approvals/"+rejected+"/reject", "bob", map[string]any{"reason": "no"})
+	expired := f.submit(payArgs{To: "c", Amount: 1})
+	f.wait(expired) // expires after the 2 s window
+
+	// The dashboard has been down all along; it comes back now.
+	if refused.Load() == 0 {
+		t.Fatal("the receiver was never tried while down")
+	}
+	up.Store(true)
+	want := []string{"approval.requested", "approval.approved", "approval.requested", "approval.rejected", "approval.requested", "approval.expired"}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		mu.Lock()
+		n := len(received)
+		mu.Unlock()
+		if n >= len(want) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("received %v, want %v", received, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i := range want {
+		if received[i] != want[i] {
+			t.Fatalf("received %v, want %v (every event, in order)", received, want)
+		}
+	}
+	for id, n := range ids {
+		if n != 1 {
+			t.Errorf("webhook %s delivered %d times after it succeeded once", id, n)
+		}
+	}
+	logged, err := f.cfg.Redis.XLen(t.Context(), approval.DefaultPrefix+"webhooks").Result()
+	if err != nil || logged < attempts.Load() || logged <= int64(len(want)) {
+		t.Errorf("webhook attempts logged = %d (%v), attempts made %d", logged, err, attempts.Load())
+	}
+}
