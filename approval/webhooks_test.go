@@ -21,7 +21,7 @@ func TestWebhooksReachADashboardThatWasDown(t *testing.T) {
 	var (
 		up       atomic.Bool
 		mu       sync.Mutex
-		received []string          // event types, in order
+		received []string           // event types, in order
 		ids      = map[string]int{} // webhook-id -> deliveries
 		refused  atomic.Int64
 	)
