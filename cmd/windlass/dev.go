@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"time"
 
@@ -11,6 +12,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/windlass-dev/windlass/approval"
+	"github.com/windlass-dev/windlass/approval/release"
 	"github.com/windlass-dev/windlass/dispatcher"
 	"github.com/windlass-dev/windlass/internal/demotools"
 	"github.com/windlass-dev/windlass/worker"
@@ -21,6 +24,8 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	c := commonFlags(fs)
 	natsPort := intFlag(fs, "nats-port", -1, "port of the embedded NATS server (-1: a free port)")
 	dataDir := stringFlag(fs, "data-dir", "", "JetStream storage directory (default: a temporary directory, removed on exit)")
+	approvalListen := stringFlag(fs, "approval-listen", "127.0.0.1:0", "address of the approval service's API and dashboard (port 0: a free port)")
+	a := approvalFlags(fs)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -78,7 +83,20 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	w, err := worker.New(worker.Config{JetStream: js, Registry: reg, ID: "dev-worker", Logger: log, ShutdownGrace: 5 * time.Second})
+	// The approval service signs releases with a key made for this run;
+	// the worker trusts its public half. One reviewer, "dev".
+	privText, _, err := release.GenerateKey()
+	if err != nil {
+		return err
+	}
+	privKey, _ := release.ParsePrivateKey(privText)
+	a.signer = release.NewSigner(privKey)
+	pubKey, _ := release.ParsePublicKey(a.signer.PublicKey())
+	devToken := approval.NewToken()
+	a.extraReviewers = []approval.Reviewer{{Name: "dev", TokenSHA256: approval.HashToken(devToken)}}
+
+	w, err := worker.New(worker.Config{JetStream: js, Registry: reg, ID: "dev-worker", Logger: log, ShutdownGrace: 5 * time.Second,
+		Releases: release.NewVerifier(pubKey), Ledger: release.NewLedger(rc, *c.prefix)})
 	if err != nil {
 		return err
 	}
@@ -98,12 +116,27 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	defer d.Close()
 
+	svc, closeHooks, err := a.service(nc, rc, reg, *c.prefix, log)
+	if err != nil {
+		return err
+	}
+	defer closeHooks()
+	ln, err := net.Listen("tcp", *approvalListen)
+	if err != nil {
+		return fmt.Errorf("--approval-listen %s: %w", *approvalListen, err)
+	}
+	approvalURL := "http://" + ln.Addr().String()
+	approvalCtx, stopApproval := context.WithCancel(context.WithoutCancel(ctx))
+	approvalDone := make(chan error, 1)
+	go func() { approvalDone <- serveApproval(approvalCtx, svc, ln) }()
+	defer func() { stopApproval(); <-approvalDone }()
+
 	// Show it working: one call through the fleet before the banner.
 	check, err := selfCheck(ctx, d)
 	if err != nil {
 		return fmt.Errorf("self-check: %w", err)
 	}
-	remove, err := writeDiscovery(discovery{NATSURL: natsURL, RedisURL: redisURL, PID: os.Getpid()})
+	remove, err := writeDiscovery(discovery{NATSURL: natsURL, RedisURL: redisURL, ApprovalURL: approvalURL, ReviewerToken: devToken, PID: os.Getpid()})
 	if err != nil {
 		return fmt.Errorf("write %s: %w", discoveryPath(), err)
 	}
@@ -113,18 +146,26 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
   NATS      %s (embedded, JetStream in %s)
   Redis     %s %s
   worker    %s serving echo, add, sleep, transfer_funds (requires approval)
+  approval  %s/ (dashboard; reviewer "dev", token %s)
   check     add {"a":1,"b":2} -> %s
   found by  %s
 
 From another terminal:
   go run ./cmd/windlass call add '{"a":1,"b":2}'
   go run ./cmd/windlass tools --style anthropic
+  go run ./cmd/windlass call transfer_funds '{"to":"bob","amount":5}'   # waits for a human:
+    approve it on the dashboard above, or from a third terminal:
+    go run ./cmd/windlass approvals list
+    go run ./cmd/windlass approvals approve CALL_ID
 
 Press Ctrl-C to stop.
-`, natsURL, store, redisURL, redisNote, w.ID(), check, discoveryPath())
+`, natsURL, store, redisURL, redisNote, w.ID(), approvalURL, devToken, check, discoveryPath())
 
 	select {
 	case <-ctx.Done():
+	case err := <-approvalDone:
+		approvalDone <- err
+		return fmt.Errorf("approval service stopped: %w", err)
 	case err := <-workerDone:
 		workerDone <- err
 		return fmt.Errorf("worker stopped: %w", err)

@@ -149,9 +149,11 @@ func (c *common) registry(rc redis.UniversalClient, log *slog.Logger) (*registry
 // discovery is what `windlass dev` writes so that commands in another
 // terminal find it without flags.
 type discovery struct {
-	NATSURL  string `json:"nats_url"`
-	RedisURL string `json:"redis_url"`
-	PID      int    `json:"pid"`
+	NATSURL       string `json:"nats_url"`
+	RedisURL      string `json:"redis_url"`
+	ApprovalURL   string `json:"approval_url,omitempty"`
+	ReviewerToken string `json:"reviewer_token,omitempty"` // the dev reviewer's; the file is 0600
+	PID           int    `json:"pid"`
 }
 
 // discoveryPath is $WINDLASS_DEV_FILE, else windlass/dev.json in the user's
@@ -188,7 +190,7 @@ func writeDiscovery(d discovery) (remove func(), err error) {
 		return nil, err
 	}
 	b, _ := json.MarshalIndent(d, "", "  ")
-	if err := os.WriteFile(p, b, 0o644); err != nil {
+	if err := os.WriteFile(p, b, 0o600); err != nil {
 		return nil, err
 	}
 	return func() {

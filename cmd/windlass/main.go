@@ -27,6 +27,8 @@ func commands() []command {
 		{"worker", "serve the demo tools against a NATS and a Redis", runWorker},
 		{"call", "call a tool: windlass call TOOL JSON; prints the content", runCall},
 		{"tools", "list the fleet's live tools in a provider's format", runTools},
+		{"approval", "run the approval service (HTTP API, dashboard, webhooks); also: approval keygen, approval token NAME", runApproval},
+		{"approvals", "review held calls: approvals list | approve ID | reject ID --reason TEXT", runApprovals},
 	}
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
 	"fmt"
 	"io"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/windlass-dev/windlass"
+	"github.com/windlass-dev/windlass/approval/release"
 	"github.com/windlass-dev/windlass/internal/demotools"
 	"github.com/windlass-dev/windlass/worker"
 )
@@ -23,6 +25,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	grace := durationFlag(fs, "shutdown-grace", worker.DefaultShutdownGrace, "time running calls may finish on SIGTERM")
 	replicas := intFlag(fs, "replicas", 1, "replicas of the streams when this worker creates them")
 	replace := boolFlag(fs, "replace", false, "replace differing specs in the registry (rolling upgrade)")
+	releaseKeys := stringFlag(fs, "release-public-keys", "", "comma-separated approval-service public keys, ed25519:<base64>; without them gated tools refuse every call")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -52,8 +55,13 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
+	verifier, err := parseVerifier(*releaseKeys)
+	if err != nil {
+		return err
+	}
 	w, err := worker.New(worker.Config{JetStream: js, Registry: reg, ID: *id, MaxConcurrency: *concurrency,
-		AckWait: *ackWait, ShutdownGrace: *grace, Replicas: *replicas, Replace: *replace, Logger: log})
+		AckWait: *ackWait, ShutdownGrace: *grace, Replicas: *replicas, Replace: *replace, Logger: log,
+		Releases: verifier, Ledger: release.NewLedger(rc, *c.prefix)})
 	if err != nil {
 		return err
 	}
@@ -63,6 +71,22 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 	}
 	return w.Run(ctx)
+}
+
+// parseVerifier reads --release-public-keys; none gives a nil verifier.
+func parseVerifier(list string) (*release.Verifier, error) {
+	var keys []ed25519.PublicKey
+	for _, k := range splitList(list) {
+		pub, err := release.ParsePublicKey(k)
+		if err != nil {
+			return nil, fmt.Errorf("--release-public-keys: %w", err)
+		}
+		keys = append(keys, pub)
+	}
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	return release.NewVerifier(keys...), nil
 }
 
 func pickTools(list string) ([]windlass.Tool, error) {

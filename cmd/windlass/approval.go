@@ -1,0 +1,223 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/windlass-dev/windlass/approval"
+	"github.com/windlass-dev/windlass/approval/release"
+	"github.com/windlass-dev/windlass/approval/webhook"
+	"github.com/windlass-dev/windlass/registry"
+)
+
+func runApproval(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 {
+		switch args[0] {
+		case "keygen":
+			priv, pub, err := release.GenerateKey()
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "# the approval service's private key (keep it secret):\nWINDLASS_RELEASE_KEY=%s\n# every worker's public key:\nWINDLASS_RELEASE_PUBLIC_KEYS=%s\n", priv, pub)
+			return nil
+		case "token":
+			if len(args) != 2 {
+				return &exitError{code: 2, err: errors.New("usage: windlass approval token NAME")}
+			}
+			tok := approval.NewToken()
+			fmt.Fprintf(stdout, "# give the reviewer this bearer token:\n%s\n# and the service this --reviewers entry:\n%s=%s\n", tok, args[1], approval.HashToken(tok))
+			return nil
+		}
+	}
+	fs := newFlags("approval", "approval [flags] | approval keygen | approval token NAME", stderr)
+	c := commonFlags(fs)
+	a := approvalFlags(fs)
+	listen := stringFlag(fs, "listen", "127.0.0.1:8090", "address of the HTTP API and dashboard")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return &exitError{code: 2, err: fmt.Errorf("approval: unknown argument %q (subcommands: keygen, token)", pos[0])}
+	}
+	log, err := c.logger(stderr)
+	if err != nil {
+		return err
+	}
+	nc, rc, err := c.connect("approval")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	defer rc.Close()
+	reg, err := c.registry(rc, log)
+	if err != nil {
+		return err
+	}
+	svc, closeHooks, err := a.service(nc, rc, reg, *c.prefix, log)
+	if err != nil {
+		return err
+	}
+	defer closeHooks()
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return fmt.Errorf("--listen %s: %w", *listen, err)
+	}
+	log.Info("approval: serving", "url", "http://"+ln.Addr().String()+"/")
+	return serveApproval(ctx, svc, ln)
+}
+
+// serveApproval runs the service and its HTTP server until ctx ends.
+func serveApproval(ctx context.Context, svc *approval.Service, ln net.Listener) error {
+	srv := &http.Server{Handler: svc.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 2)
+	go func() { errc <- svc.Run(ctx) }()
+	go func() {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			errc <- err
+		}
+	}()
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		if err != nil {
+			return err
+		}
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	return srv.Shutdown(sctx)
+}
+
+// approvalOptions are the approval service's flags.
+type approvalOptions struct {
+	releaseKey, reviewers, policies *string
+	webhookURLs, webhookSecrets     *string
+	window                          *time.Duration
+	allowPrivateWebhooks            *bool
+	extraReviewers                  []approval.Reviewer
+	signer                          *release.Signer
+}
+
+func approvalFlags(fs *flag.FlagSet) *approvalOptions {
+	return &approvalOptions{
+		releaseKey:           stringFlag(fs, "release-key", "", "the service's Ed25519 private key, ed25519:<base64> (windlass approval keygen)"),
+		reviewers:            stringFlag(fs, "reviewers", "", "comma-separated name=<sha256 of token> (windlass approval token NAME)"),
+		policies:             stringFlag(fs, "policies", "", "per-tool policies: tool:window=10m:approvals=2:no-self, comma-separated"),
+		webhookURLs:          stringFlag(fs, "webhook-urls", "", "comma-separated dashboard webhook URLs"),
+		webhookSecrets:       stringFlag(fs, "webhook-secrets", "", "comma-separated whsec_ secrets (several during rotation)"),
+		window:               durationFlag(fs, "window", approval.DefaultWindow, "default approval window"),
+		allowPrivateWebhooks: boolFlag(fs, "allow-private-webhooks", false, "allow webhook URLs on loopback or private addresses (development)"),
+	}
+}
+
+// service builds the approval service from the flags.
+func (a *approvalOptions) service(nc *nats.Conn, rc redis.UniversalClient, reg *registry.Registry, prefix string, log *slog.Logger) (*approval.Service, func(), error) {
+	signer := a.signer
+	if signer == nil {
+		key, err := release.ParsePrivateKey(*a.releaseKey)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--release-key: %w (generate one with windlass approval keygen)", err)
+		}
+		signer = release.NewSigner(key)
+	}
+	reviewers := append([]approval.Reviewer(nil), a.extraReviewers...)
+	for _, r := range splitList(*a.reviewers) {
+		rv, err := approval.ParseReviewer(r)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--reviewers: %w", err)
+		}
+		reviewers = append(reviewers, rv)
+	}
+	policies, err := parsePolicies(*a.policies)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg := approval.Config{Conn: nc, Redis: rc, Registry: reg, Signer: signer, Reviewers: reviewers,
+		Policies: policies, DefaultWindow: *a.window, Prefix: strings.TrimSuffix(prefix, ":") + ":approval:", Logger: log}
+	var svc *approval.Service
+	closeHooks := func() {}
+	if urls := splitList(*a.webhookURLs); len(urls) > 0 {
+		var secrets []webhook.Secret
+		for _, s := range splitList(*a.webhookSecrets) {
+			sec, err := webhook.ParseSecret(s)
+			if err != nil {
+				return nil, nil, fmt.Errorf("--webhook-secrets: %w", err)
+			}
+			secrets = append(secrets, sec)
+		}
+		if len(secrets) == 0 {
+			return nil, nil, errors.New("--webhook-urls needs --webhook-secrets (whsec_...) to sign with")
+		}
+		var eps []webhook.Endpoint
+		for _, u := range urls {
+			eps = append(eps, webhook.Endpoint{URL: u, Secrets: secrets})
+		}
+		sender, err := webhook.New(webhook.Config{Endpoints: eps, AllowPrivate: *a.allowPrivateWebhooks, Logger: log,
+			OnAttempt: func(at webhook.Attempt) {
+				if svc != nil {
+					_ = svc.RecordWebhookAttempt(context.Background(), at)
+				}
+			}})
+		if err != nil {
+			return nil, nil, fmt.Errorf("--webhook-urls: %w", err)
+		}
+		cfg.Notify = approval.WebhookNotifier(sender)
+		closeHooks = sender.CloseIdleConnections
+	}
+	svc, err = approval.New(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return svc, closeHooks, nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for part := range strings.SplitSeq(s, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			out = append(out, part)
+		}
+	}
+	return out
+}
+
+// parsePolicies reads "tool:window=10m:approvals=2:no-self,other:...".
+func parsePolicies(s string) (map[string]approval.ToolPolicy, error) {
+	out := map[string]approval.ToolPolicy{}
+	for _, entry := range splitList(s) {
+		parts := strings.Split(entry, ":")
+		var p approval.ToolPolicy
+		for _, opt := range parts[1:] {
+			k, v, _ := strings.Cut(opt, "=")
+			var err error
+			switch k {
+			case "window":
+				p.Window, err = time.ParseDuration(v)
+			case "approvals":
+				p.RequiredApprovals, err = strconv.Atoi(v)
+			case "no-self":
+				p.ForbidSelfApproval = true
+			default:
+				err = fmt.Errorf("unknown option %q (use window=, approvals=, no-self)", k)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("--policies %q: %w", entry, err)
+			}
+		}
+		out[parts[0]] = p
+	}
+	return out, nil
+}

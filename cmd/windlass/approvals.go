@@ -1,0 +1,145 @@
+package main
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+func runApprovals(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("approvals", "approvals list [--status S] [--tool T] | approve ID | reject ID --reason TEXT", stderr)
+	apiURL := stringFlag(fs, "approval-url", "", "the approval service's URL (default: the running 'windlass dev')")
+	token := stringFlag(fs, "token", "", "your reviewer bearer token (default: the running 'windlass dev''s)")
+	status := stringFlag(fs, "status", "pending", "list: pending, approved, rejected or expired")
+	tool := stringFlag(fs, "tool", "", "list: only this tool's calls")
+	reason := stringFlag(fs, "reason", "", "reject: why")
+	asJSON := boolFlag(fs, "json", false, "print the API's JSON")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) == 0 {
+		fs.Usage()
+		return &exitError{code: 2, err: errors.New("approvals needs list, approve ID or reject ID")}
+	}
+	if *apiURL == "" || *token == "" {
+		if dev, err := readDiscovery(); err == nil {
+			*apiURL, *token = cmp.Or(*apiURL, dev.ApprovalURL), cmp.Or(*token, dev.ReviewerToken)
+		}
+	}
+	if *apiURL == "" || *token == "" {
+		return &exitError{code: 2, err: errors.New("approvals needs --approval-url and --token (or a running 'windlass dev')")}
+	}
+	cl := &apiClient{base: strings.TrimSuffix(*apiURL, "/"), token: *token}
+	switch pos[0] {
+	case "list":
+		q := url.Values{"status": {*status}}
+		if *tool != "" {
+			q.Set("tool", *tool)
+		}
+		var out struct {
+			Items []heldCall `json:"items"`
+		}
+		raw, err := cl.do(ctx, "GET", "/v1/approvals?"+q.Encode(), nil, &out)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			_, err = stdout.Write(raw)
+			return err
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tTOOL\tSTATUS\tREQUESTER\tEXPIRES IN\tARGUMENTS")
+		for _, h := range out.Items {
+			left := time.Until(h.ExpiresAt).Round(time.Second)
+			if h.Status != "pending" {
+				left = 0
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", h.ID, h.Tool, h.Status, cmp.Or(h.Requester, "-"), left, h.Arguments)
+		}
+		return tw.Flush()
+	case "approve", "reject":
+		if len(pos) != 2 {
+			return &exitError{code: 2, err: fmt.Errorf("approvals %s needs exactly one call id", pos[0])}
+		}
+		id := url.PathEscape(pos[1])
+		var body any = map[string]string{"reason": *reason}
+		if pos[0] == "approve" {
+			// Approve what we show: fetch the call, print its arguments,
+			// and quote their hash.
+			var h heldCall
+			if _, err := cl.do(ctx, "GET", "/v1/approvals/"+id, nil, &h); err != nil {
+				return err
+			}
+			fmt.Fprintf(stderr, "approving %s: %s %s\n", h.ID, h.Tool, h.Arguments)
+			body = map[string]string{"args_hash": h.ArgsHash}
+		}
+		var h heldCall
+		raw, err := cl.do(ctx, "POST", "/v1/approvals/"+id+"/"+pos[0], body, &h)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			_, err = stdout.Write(raw)
+			return err
+		}
+		fmt.Fprintf(stdout, "%s: %s (approvers %v, released %v)\n", h.ID, h.Status, h.Approvers, h.Released)
+		return nil
+	}
+	return &exitError{code: 2, err: fmt.Errorf("approvals: unknown action %q (list, approve, reject)", pos[0])}
+}
+
+type heldCall struct {
+	ID        string          `json:"id"`
+	Tool      string          `json:"tool"`
+	Status    string          `json:"status"`
+	Requester string          `json:"requester"`
+	ExpiresAt time.Time       `json:"expires_at"`
+	Arguments json.RawMessage `json:"arguments"`
+	ArgsHash  string          `json:"args_hash"`
+	Approvers []string        `json:"approvers"`
+	Released  bool            `json:"released"`
+}
+
+type apiClient struct {
+	base, token string
+}
+
+func (c *apiClient) do(ctx context.Context, method, path string, body, out any) ([]byte, error) {
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("approval service at %s: %w", c.base, err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if resp.StatusCode >= 300 {
+		var e struct {
+			Error struct{ Code, Message string } `json:"error"`
+		}
+		_ = json.Unmarshal(raw, &e)
+		return raw, &exitError{code: 1, err: fmt.Errorf("%s %s: %d %s: %s", method, path, resp.StatusCode, e.Error.Code, e.Error.Message)}
+	}
+	return raw, json.Unmarshal(raw, out)
+}
