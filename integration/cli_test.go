@@ -197,6 +197,46 @@ func TestCLIQuickStart(t *testing.T) {
 		})
 	}
 
+	// The gated demo tool: the call waits for a human, who approves it from
+	// a third terminal; the waiting call then prints the tool's result.
+	t.Run("GatedCallApprovedFromTheCLI", func(t *testing.T) {
+		results := make(chan cliResult, 1)
+		go func() { results <- cliRun(t, bin, env, "call", "transfer_funds", `{"to":"bob","amount":5}`) }()
+		var id string
+		deadline := time.Now().Add(20 * time.Second)
+		for id == "" {
+			r := cliRun(t, bin, env, "approvals", "list", "--json")
+			var out struct {
+				Items []struct {
+					ID, Tool string
+				} `json:"items"`
+			}
+			if r.code == 0 && json.Unmarshal([]byte(r.stdout), &out) == nil && len(out.Items) > 0 && out.Items[0].Tool == "transfer_funds" {
+				id = out.Items[0].ID
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the gated call never showed as held: %s", r)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		select {
+		case r := <-results:
+			t.Fatalf("the gated call returned before anyone approved it: %s", r)
+		default:
+		}
+		if r := cliRun(t, bin, env, "approvals", "approve", id); r.code != 0 || !strings.Contains(r.stdout, "approved") {
+			t.Fatalf("approvals approve: %s", r)
+		}
+		r := <-results
+		if r.code != 0 || !strings.HasPrefix(r.stdout, "sent 5.00 EUR to bob") {
+			t.Errorf("the approved call: %s", r)
+		}
+		if r := cliRun(t, bin, env, "approvals", "reject", id, "--reason", "too late"); r.code == 0 || !strings.Contains(r.stderr, "409") {
+			t.Errorf("a second decision: %s; want a 409 refusal", r)
+		}
+	})
+
 	// Ctrl-C: dev exits 0 within 15 s and removes its discovery file.
 	dev.interrupt(t, 15*time.Second)
 	if _, err := os.Stat(devFile); !errors.Is(err, os.ErrNotExist) {
