@@ -462,3 +462,23 @@ func TestConfigErrors(t *testing.T) {
 		t.Fatal()
 	}
 }
+
+func TestSubmitThenStatusReadsAwaitingApproval(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, nil)
+	id := f.submit(payArgs{To: "s", Amount: 2})
+	h := f.held(id)
+	st, err := f.d.Status(t.Context(), id)
+	if err != nil || st.State != dispatcher.StateAwaitingApproval || st.Approval == nil || st.Approval.RequiredApprovals != 1 || st.Approval.ExpiresAt.IsZero() {
+		t.Fatalf("Status = %+v, %v", st, err)
+	}
+	f.do("POST", "/v1/approvals/"+id+"/approve", "alice", map[string]any{"args_hash": h.ArgsHash})
+	f.wait(id)
+	st, err = f.d.Status(t.Context(), id)
+	if err != nil || st.State != dispatcher.StateFinished || st.Result == nil || st.Result.IsError {
+		t.Errorf("Status after the run = %+v, %v", st, err)
+	}
+	if st, err := f.d.Status(t.Context(), "never-seen"); err != nil || st.State != dispatcher.StateUnknown {
+		t.Errorf("Status(unknown) = %+v, %v", st, err)
+	}
+}

@@ -144,6 +144,12 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("approval: pull: %w", err)
 	}
+	statusSub, err := s.cfg.Conn.QueueSubscribe(layout.ApprovalStatusSubject, ConsumerName, s.answerStatus)
+	if err != nil {
+		it.Stop()
+		return fmt.Errorf("approval: status subject: %w", err)
+	}
+	defer func() { _ = statusSub.Unsubscribe() }()
 	if err := s.resumeReleases(ctx); err != nil {
 		s.cfg.Logger.Warn("approval: resuming interrupted releases failed; will retry", "error", err)
 	}
@@ -168,6 +174,21 @@ func (s *Service) Run(ctx context.Context) error {
 	it.Stop()
 	wg.Wait()
 	return nil
+}
+
+// answerStatus replies to a status request (the body is a call id) with
+// {"found": bool, "call": HeldCall}.
+func (s *Service) answerStatus(m *nats.Msg) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	reply := map[string]any{"found": false}
+	if h, err := s.store.get(ctx, string(m.Data)); err == nil {
+		reply = map[string]any{"found": true, "call": h}
+	} else if !errors.Is(err, ErrNotFound) {
+		reply["error"] = err.Error()
+	}
+	b, _ := json.Marshal(reply)
+	_ = m.Respond(b)
 }
 
 // intake persists one gated call, then acks it.

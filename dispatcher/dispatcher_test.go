@@ -245,3 +245,24 @@ func TestConfigErrors(t *testing.T) {
 		t.Errorf("no registry: %v", err)
 	}
 }
+
+func TestStatusWithoutApprovalService(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, greet())
+	id, err := e.d.Submit(t.Context(), "greet", map[string]string{"name": "ada"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	if _, err := e.d.Wait(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	st, err := e.d.Status(t.Context(), id)
+	if err != nil || st.State != dispatcher.StateFinished || st.Result.Content != "hello ada" {
+		t.Errorf("Status = %+v, %v", st, err)
+	}
+	if st, err := e.d.Status(t.Context(), "nobody"); err != nil || st.State != dispatcher.StateUnknown {
+		t.Errorf("Status(unknown, no approval service) = %+v, %v", st, err)
+	}
+}

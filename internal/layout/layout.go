@@ -51,6 +51,11 @@ const CallSubjects = callPrefix + "*"
 // the approval service.
 func ApprovalSubject(tool string) string { return approvalPrefix + tool }
 
+// ApprovalStatusSubject is the request/reply subject on which the approval
+// service answers "what about call <id>?" with the held call. No stream
+// captures it.
+const ApprovalStatusSubject = "windlass.status.approval"
+
 // ApprovalSubjects is the approvals stream's subject filter.
 const ApprovalSubjects = approvalPrefix + "*"
 
