@@ -52,20 +52,12 @@ func runApproval(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if len(pos) > 0 {
 		return &exitError{code: 2, err: fmt.Errorf("approval: unknown argument %q (subcommands: keygen, token)", pos[0])}
 	}
-	log, err := c.logger(stderr)
+	sess, err := c.open("approval", stderr)
 	if err != nil {
 		return err
 	}
-	nc, rc, err := c.connect("approval")
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	defer rc.Close()
-	reg, err := c.registry(rc, log)
-	if err != nil {
-		return err
-	}
+	defer sess.Close()
+	log, nc, rc, reg := sess.log, sess.nc, sess.rc, sess.reg
 	svc, closeHooks, err := a.service(nc, rc, reg, *c.prefix, log)
 	if err != nil {
 		return err

@@ -30,21 +30,12 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if !json.Valid([]byte(rawArgs)) {
 		return &exitError{code: 2, err: fmt.Errorf("arguments %q are not valid JSON", rawArgs)}
 	}
-	log, err := c.logger(stderr)
+	sess, err := c.open("call", stderr)
 	if err != nil {
 		return err
 	}
-	nc, rc, err := c.connect("call")
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	defer rc.Close()
-	reg, err := c.registry(rc, log)
-	if err != nil {
-		return err
-	}
-	d, err := dispatcher.New(ctx, dispatcher.Config{Conn: nc, Registry: reg, Logger: log})
+	defer sess.Close()
+	d, err := sess.dispatcher(ctx)
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"cmp"
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -17,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/windlass-dev/windlass/dispatcher"
 	"github.com/windlass-dev/windlass/registry"
 )
 
@@ -144,6 +146,45 @@ func (c *common) connect(name string) (*nats.Conn, *redis.Client, error) {
 
 func (c *common) registry(rc redis.UniversalClient, log *slog.Logger) (*registry.Registry, error) {
 	return registry.New(registry.Config{Client: rc, Prefix: *c.prefix, Logger: log})
+}
+
+// session is what every command that talks to the fleet opens: a logger,
+// the NATS and Redis connections and the registry.
+type session struct {
+	log *slog.Logger
+	nc  *nats.Conn
+	rc  *redis.Client
+	reg *registry.Registry
+}
+
+// open builds the logger, connects and makes the registry; Close undoes it.
+func (c *common) open(name string, stderr io.Writer) (*session, error) {
+	log, err := c.logger(stderr)
+	if err != nil {
+		return nil, err
+	}
+	nc, rc, err := c.connect(name)
+	if err != nil {
+		return nil, err
+	}
+	reg, err := c.registry(rc, log)
+	if err != nil {
+		nc.Close()
+		_ = rc.Close()
+		return nil, err
+	}
+	return &session{log: log, nc: nc, rc: rc, reg: reg}, nil
+}
+
+// Close closes the connections.
+func (s *session) Close() {
+	s.nc.Close()
+	_ = s.rc.Close()
+}
+
+// dispatcher starts a dispatcher on the session.
+func (s *session) dispatcher(ctx context.Context) (*dispatcher.Dispatcher, error) {
+	return dispatcher.New(ctx, dispatcher.Config{Conn: s.nc, Registry: s.reg, Logger: s.log})
 }
 
 // discovery is what `windlass dev` writes so that commands in another

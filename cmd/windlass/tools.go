@@ -7,7 +7,6 @@ import (
 	"io"
 
 	"github.com/windlass-dev/windlass"
-	"github.com/windlass-dev/windlass/dispatcher"
 )
 
 func runTools(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -25,21 +24,12 @@ func runTools(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return &exitError{code: 2, err: err}
 	}
-	log, err := c.logger(stderr)
+	sess, err := c.open("tools", stderr)
 	if err != nil {
 		return err
 	}
-	nc, rc, err := c.connect("tools")
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	defer rc.Close()
-	reg, err := c.registry(rc, log)
-	if err != nil {
-		return err
-	}
-	d, err := dispatcher.New(ctx, dispatcher.Config{Conn: nc, Registry: reg, Logger: log})
+	defer sess.Close()
+	d, err := sess.dispatcher(ctx)
 	if err != nil {
 		return err
 	}

@@ -33,24 +33,16 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if len(pos) > 0 {
 		return &exitError{code: 2, err: fmt.Errorf("%s takes no arguments, got %q", fs.Name(), pos)}
 	}
-	log, err := c.logger(stderr)
-	if err != nil {
-		return err
-	}
 	tools, err := pickTools(*toolList)
 	if err != nil {
 		return err
 	}
-	nc, rc, err := c.connect("worker")
+	sess, err := c.open("worker", stderr)
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
-	defer rc.Close()
-	reg, err := c.registry(rc, log)
-	if err != nil {
-		return err
-	}
+	defer sess.Close()
+	log, nc, rc, reg := sess.log, sess.nc, sess.rc, sess.reg
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return err
