@@ -8,16 +8,22 @@ TEST_FLAGS  ?= -race -count=1 -timeout 30m
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  %-10s %s\n", $$1, $$2}'
 
-test: deps fmt-check vet ## gofmt check, go vet and every test with the race detector (installs redis-server if absent)
+test: deps fmt-check vet ## gofmt check, go vet and every test with the race detector (installs redis-server and chromium if absent)
 	$(GO) test $(TEST_FLAGS) ./...
 
-deps: ## install Debian's redis-server when it is not on PATH (the tests start their own on free ports)
+deps: ## install Debian's redis-server and chromium when they are not on PATH (the tests start their own redis-server on free ports; the dashboard's browser tests drive headless chromium)
 	@command -v redis-server >/dev/null 2>&1 || { \
 		echo "redis-server not found: installing Debian's redis-server"; \
 		SUDO=; [ "$$(id -u)" -eq 0 ] || SUDO=sudo; \
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq redis-server; \
 	}
 	@redis-server --version
+	@command -v chromium >/dev/null 2>&1 || { \
+		echo "chromium not found: installing Debian's chromium (for the dashboard's browser tests in approval/)"; \
+		SUDO=; [ "$$(id -u)" -eq 0 ] || SUDO=sudo; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium; \
+	}
+	@chromium --version 2>/dev/null || chromium --version
 
 fmt-check: ## fail when gofmt would change a file
 	@out=$$(gofmt -l .); \
