@@ -79,14 +79,24 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg, t *registered, l
 	call.Attempt = int(meta.NumDelivered)
 	log = log.With("call_id", call.ID, "tool", call.Name, "attempt", call.Attempt)
 
-	if r, refused := w.refuse(ctx, call, t, msg, meta); refused {
+	// In-progress acks from delivery until the message is settled, which
+	// includes publishing the result.
+	stopKeepAlive := keepAlive(msg, w.cfg.AckWait/3)
+	defer stopKeepAlive()
+
+	if r, refused, err := w.refuse(ctx, call, t, msg, meta); err != nil {
+		// Not the release's fault (Redis unreachable for the ledger): try
+		// again later rather than answer rejected.
+		log.Warn("worker: cannot check the release now; retrying the call later", "error", err)
+		w.stats.requeued.Add(1)
+		_ = msg.NakWithDelay(time.Second)
+		return
+	} else if refused {
 		w.settle(ctx, msg, ack, &r, origin, log)
 		return
 	}
 
-	stopKeepAlive := keepAlive(msg, w.cfg.AckWait/3)
 	result := windlass.Invoke(ctx, t.tool, call)
-	stopKeepAlive()
 
 	if errors.Is(context.Cause(ctx), errShutdown) && result.IsError {
 		log.Info("worker: call interrupted by shutdown; handing it back")
@@ -99,36 +109,42 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg, t *registered, l
 }
 
 // refuse answers, without running the tool, a call that must not run.
-func (w *Worker) refuse(ctx context.Context, call windlass.ToolCall, t *registered, msg jetstream.Msg, meta *jetstream.MsgMetadata) (windlass.ToolResult, bool) {
+// It returns an error, and no decision, when it cannot tell (the release
+// ledger is unreachable).
+func (w *Worker) refuse(ctx context.Context, call windlass.ToolCall, t *registered, msg jetstream.Msg, meta *jetstream.MsgMetadata) (windlass.ToolResult, bool, error) {
 	now := time.Now()
 	switch {
 	case call.Name != t.spec.Name:
 		return windlass.ErrorResult(call, windlass.CodeInvalidCall,
-			fmt.Sprintf("The call names tool %q but arrived on the subject of %q.", call.Name, t.spec.Name)), true
+			fmt.Sprintf("The call names tool %q but arrived on the subject of %q.", call.Name, t.spec.Name)), true, nil
 	case !call.Deadline.IsZero() && !now.Before(call.Deadline):
 		return windlass.ErrorResult(call, windlass.CodeTimeout,
-			fmt.Sprintf("Tool %q timed out: the call's deadline passed %s before a worker took it.", call.Name, now.Sub(call.Deadline).Round(time.Millisecond))), true
+			fmt.Sprintf("Tool %q timed out: the call's deadline passed %s before a worker took it.", call.Name, now.Sub(call.Deadline).Round(time.Millisecond))), true, nil
 	case t.cfg.maxQueueWait > 0 && now.Sub(meta.Timestamp) > t.cfg.maxQueueWait:
 		return windlass.ErrorResult(call, windlass.CodeTimeout,
-			fmt.Sprintf("Tool %q timed out: the call waited %s in the queue, longer than its bound of %s.", call.Name, now.Sub(meta.Timestamp).Round(time.Millisecond), t.cfg.maxQueueWait)), true
+			fmt.Sprintf("Tool %q timed out: the call waited %s in the queue, longer than its bound of %s.", call.Name, now.Sub(meta.Timestamp).Round(time.Millisecond), t.cfg.maxQueueWait)), true, nil
 	case call.SpecHash != "" && call.SpecHash != t.hash:
 		return windlass.ErrorResult(call, windlass.CodeSpecMismatch,
-			fmt.Sprintf("Tool %q changed: this worker serves schema %s but the call was made for schema %s. List the tools again and retry.", call.Name, t.hash, call.SpecHash)), true
+			fmt.Sprintf("Tool %q changed: this worker serves schema %s but the call was made for schema %s. List the tools again and retry.", call.Name, t.hash, call.SpecHash)), true, nil
 	case t.spec.RequiresApproval:
 		// Fail closed: a gated call reaches a worker only through the
 		// approval service, which attaches a release this worker verifies.
-		if err := w.checkRelease(ctx, call, t, msg, meta); err != nil {
+		err := w.checkRelease(ctx, call, t, msg, meta)
+		switch {
+		case errors.Is(err, release.ErrInvalid):
 			return windlass.ErrorResult(call, windlass.CodeRejected,
-				fmt.Sprintf("Tool %q requires approval and this call has no valid release from the approval service (%v); it was not run.", call.Name, err)), true
+				fmt.Sprintf("Tool %q requires approval and this call has no valid release from the approval service (%v); it was not run.", call.Name, err)), true, nil
+		case err != nil:
+			return windlass.ToolResult{}, false, err
 		}
 	}
-	return windlass.ToolResult{}, false
+	return windlass.ToolResult{}, false, nil
 }
 
 // checkRelease verifies a gated call's release and claims it in the ledger.
 func (w *Worker) checkRelease(ctx context.Context, call windlass.ToolCall, t *registered, msg jetstream.Msg, meta *jetstream.MsgMetadata) error {
 	if w.cfg.Releases == nil {
-		return errors.New("this worker has no release keys configured")
+		return fmt.Errorf("%w: this worker has no release keys configured", release.ErrInvalid)
 	}
 	r, err := w.cfg.Releases.Verify(msg.Headers().Get(release.Header), call, t.hash, time.Now())
 	if err != nil {

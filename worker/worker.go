@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/windlass-dev/windlass"
@@ -279,50 +280,80 @@ func (w *Worker) Run(ctx context.Context) error {
 // shutdown grace is over.
 var errShutdown = errors.New("worker: shutting down")
 
-// pull feeds one tool's calls to handlers until ctx ends.
+// fetchWait bounds one pull request; a new one follows at once.
+const fetchWait = 5 * time.Second
+
+// pull feeds one tool's calls to handlers until ctx ends. It pulls only as
+// many calls as it has free slots (per tool and per process), so no call
+// waits in a client-side buffer with its ack timer running: every delivered
+// call starts at once and is kept alive by in-progress acks.
 func (w *Worker) pull(ctx, runCtx context.Context, cons jetstream.Consumer, t *registered, calls *sync.WaitGroup, log *slog.Logger) {
-	it, err := cons.Messages(jetstream.PullMaxMessages(min(t.cfg.concurrency, 512)))
-	if err != nil {
-		log.Error("worker: cannot pull calls", "tool", t.spec.Name, "error", err)
-		return
-	}
 	toolSlots := make(chan struct{}, t.cfg.concurrency)
-	defer func() {
-		// Hand calls buffered but not started back to the stream at once.
-		it.Drain()
-		for {
-			msg, err := it.Next()
-			if err != nil {
-				return
-			}
-			_ = msg.Nak()
-		}
-	}()
-	for {
+	release := func() { <-w.slots; <-toolSlots }
+	batchMax := min(t.cfg.concurrency, 256)
+	failures := 0
+	for ctx.Err() == nil {
+		// Reserve one slot of each kind (waiting), then as many more as are
+		// free right now.
 		select {
 		case toolSlots <- struct{}{}:
 		case <-ctx.Done():
 			return
 		}
-		msg, err := it.Next(jetstream.NextContext(ctx))
-		if err != nil {
-			<-toolSlots
-			if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-				return
-			}
-			log.Warn("worker: pull failed", "tool", t.spec.Name, "error", err)
-			continue
-		}
 		select {
 		case w.slots <- struct{}{}:
 		case <-ctx.Done():
 			<-toolSlots
-			_ = msg.Nak()
 			return
 		}
-		calls.Go(func() {
-			defer func() { <-w.slots; <-toolSlots }()
-			w.handle(runCtx, msg, t, log)
-		})
+		n := 1
+		for n < batchMax && tryAcquire(toolSlots) {
+			if !tryAcquire(w.slots) {
+				<-toolSlots
+				break
+			}
+			n++
+		}
+		fetchCtx, cancel := context.WithTimeout(ctx, fetchWait)
+		batch, err := cons.Fetch(n, jetstream.FetchContext(fetchCtx))
+		used := 0
+		if err == nil {
+			for msg := range batch.Messages() {
+				used++
+				if ctx.Err() != nil {
+					_ = msg.Nak() // shutting down: another worker takes it at once
+					release()
+					continue
+				}
+				calls.Go(func() {
+					defer release()
+					w.handle(runCtx, msg, t, log)
+				})
+			}
+			err = batch.Error()
+		}
+		cancel()
+		for range n - used {
+			release()
+		}
+		if err != nil && ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) {
+			failures++
+			log.Warn("worker: pull failed; retrying", "tool", t.spec.Name, "error", err, "failures", failures)
+			select {
+			case <-time.After(min(time.Duration(failures)*100*time.Millisecond, 2*time.Second)):
+			case <-ctx.Done():
+			}
+			continue
+		}
+		failures = 0
+	}
+}
+
+func tryAcquire(sem chan struct{}) bool {
+	select {
+	case sem <- struct{}{}:
+		return true
+	default:
+		return false
 	}
 }

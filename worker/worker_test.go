@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -459,5 +460,67 @@ func TestGatedToolRunsOnlyWithAValidRelease(t *testing.T) {
 	}
 	if runs.Load() != 1 {
 		t.Errorf("the gated tool ran %d times, want once", runs.Load())
+	}
+}
+
+func TestQueuedCallsAreNotRedeliveredWhileSlotsAreBusy(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	var mu sync.Mutex
+	runs := map[string]int{}
+	slow := windlass.MustFunc("slow", func(ctx context.Context, _ struct{}) (string, error) {
+		info, _ := windlass.CallInfoFromContext(ctx)
+		mu.Lock()
+		runs[info.ID]++
+		mu.Unlock()
+		select {
+		case <-time.After(1200 * time.Millisecond): // over twice the ack wait
+			return "ok", nil
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	})
+	b.start(worker.Config{AckWait: 500 * time.Millisecond}, slow, worker.WithConcurrency(2))
+	for i := range 6 {
+		b.publish(windlass.ToolCall{ID: fmt.Sprint("q", i), Name: "slow"})
+	}
+	for range 6 {
+		if r := b.result(15 * time.Second); r.IsError || r.Attempt != 1 {
+			t.Errorf("result %+v: a queued call must wait in the stream, not in a buffer, and run once", r)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for id, n := range runs {
+		if n != 1 {
+			t.Errorf("call %s ran %d times", id, n)
+		}
+	}
+}
+
+func TestUnreachableLedgerRetriesInsteadOfRejecting(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	priv, pub, _ := release.GenerateKey()
+	key, _ := release.ParsePrivateKey(priv)
+	pubKey, _ := release.ParsePublicKey(pub)
+	rs := testserver.StartRedis(t)
+	var runs atomic.Int64
+	tool := countingEcho(&runs, windlass.WithApproval())
+	b.start(worker.Config{Releases: release.NewVerifier(pubKey), Ledger: release.NewLedger(rs.Client(t), "")}, tool)
+	rs.Stop() // the ledger is down when the released call arrives
+
+	args := json.RawMessage(`{"text":"ok"}`)
+	hash, _ := release.ArgumentsHash(args)
+	hdr, _ := release.NewSigner(key).Sign(release.Release{CallID: "g", Tool: "echo", SpecHash: tool.Spec().Hash(), ArgsHash: hash, ExpiresAt: time.Now().Add(time.Minute)})
+	data, _ := json.Marshal(windlass.ToolCall{ID: "g", Name: "echo", Arguments: args})
+	if _, err := b.js.PublishMsg(t.Context(), &nats.Msg{Subject: layout.CallSubject("echo"), Data: data,
+		Header: nats.Header{layout.HeaderOrigin: []string{origin}, release.Header: []string{hdr}}}); err != nil {
+		t.Fatal(err)
+	}
+	b.noResult(1500 * time.Millisecond) // no rejected answer while Redis is down
+	rs.Restart(t)
+	if r := b.result(15 * time.Second); r.IsError || r.Content != "ok" || runs.Load() != 1 {
+		t.Errorf("after the ledger came back: %+v (runs %d)", r, runs.Load())
 	}
 }
