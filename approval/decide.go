@@ -178,7 +178,9 @@ func (s *Service) decide(ctx context.Context, id string, d decision) (*HeldCall,
 	case "already":
 		return nil, ErrAlreadyApproved
 	case "lapsed":
-		if _, err := s.store.expireDue(ctx, time.Now()); err != nil {
+		ids, err := s.store.expireDue(ctx, time.Now())
+		s.answerExpired(ctx, ids)
+		if err != nil {
 			return nil, err
 		}
 		fallthrough
@@ -187,7 +189,7 @@ func (s *Service) decide(ctx context.Context, id string, d decision) (*HeldCall,
 		if err != nil {
 			return nil, err
 		}
-		if h.Status == StatusApproved && !h.Released {
+		if d.approve && h.Status == StatusApproved && !h.Released {
 			if err := s.release(ctx, h); err == nil {
 				h.Released = true
 			}

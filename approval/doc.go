@@ -12,7 +12,8 @@
 // it serves. On approval the service signs a release (package
 // approval/release) and publishes the call, with the approved arguments, on
 // its tool's subject, deduplicated by call id; the execution deadline starts
-// at release (the tool's timeout plus Config.QueueAllowance). A rejection or
+// at release (the tool's timeout plus Config.QueueAllowance, capped by the
+// caller's own deadline, after which nobody waits). A rejection or
 // a lapsed window answers the caller with a rejected (naming the reviewer
 // and the reason) or expired result. Workers run a gated call only with a
 // valid release.

@@ -135,7 +135,7 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	cons, err := s.js.CreateOrUpdateConsumer(ctx, layout.ApprovalsStream, jetstream.ConsumerConfig{
 		Durable: ConsumerName, FilterSubject: layout.ApprovalSubjects, AckPolicy: jetstream.AckExplicitPolicy,
-		AckWait: 30 * time.Second, MaxDeliver: -1, Description: "Windlass approval service",
+		AckWait: 10 * time.Second, MaxDeliver: -1, Description: "Windlass approval service",
 	})
 	if err != nil {
 		return fmt.Errorf("approval: consumer: %w", err)
@@ -195,8 +195,19 @@ func (s *Service) answerStatus(m *nats.Msg) {
 func (s *Service) intake(ctx context.Context, msg jetstream.Msg) {
 	log := s.cfg.Logger
 	var call windlass.ToolCall
-	if err := json.Unmarshal(msg.Data(), &call); err != nil || call.Validate() != nil {
-		log.Warn("approval: malformed gated call; terminating it", "subject", msg.Subject(), "error", cmp.Or(err, call.Validate()))
+	err := json.Unmarshal(msg.Data(), &call)
+	if err == nil {
+		err = call.Validate()
+	}
+	if err == nil && layout.ApprovalSubject(call.Name) != msg.Subject() {
+		err = fmt.Errorf("the call names tool %q but arrived on %s", call.Name, msg.Subject())
+	}
+	if err != nil {
+		log.Warn("approval: malformed gated call; terminating it", "subject", msg.Subject(), "error", err)
+		if windlass.ValidateCallID(call.ID) == nil {
+			s.answer(ctx, &HeldCall{ID: call.ID, Tool: call.Name, call: call, origin: msg.Headers().Get(layout.HeaderOrigin)},
+				windlass.CodeInvalidCall, fmt.Sprintf("The call message is malformed: %v", err))
+		}
 		_ = msg.Term()
 		return
 	}
@@ -232,10 +243,12 @@ func (s *Service) intake(ctx context.Context, msg jetstream.Msg) {
 	log.Info("approval: call held", "call_id", call.ID, "tool", call.Name, "expires_at", expires)
 }
 
-// expiryLoop expires lapsed calls and answers their callers.
+// expiryLoop expires lapsed calls and answers their callers, and now and
+// then finishes releases that failed (NATS unreachable at decision time).
 func (s *Service) expiryLoop(ctx context.Context) {
 	t := time.NewTicker(200 * time.Millisecond)
 	defer t.Stop()
+	lastResume := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
@@ -246,13 +259,24 @@ func (s *Service) expiryLoop(ctx context.Context) {
 		if err != nil && ctx.Err() == nil {
 			s.cfg.Logger.Warn("approval: expiry pass failed", "error", err)
 		}
-		for _, id := range ids {
-			h, err := s.store.get(ctx, id)
-			if err != nil {
-				continue
+		s.answerExpired(ctx, ids)
+		if time.Since(lastResume) > 5*time.Second {
+			lastResume = time.Now()
+			if err := s.resumeReleases(ctx); err != nil && ctx.Err() == nil {
+				s.cfg.Logger.Warn("approval: resuming releases failed; retrying later", "error", err)
 			}
-			s.answer(ctx, h, windlass.CodeExpired, fmt.Sprintf("The call to %q was not approved within its approval window (it expired at %s) and was not run.", h.Tool, h.ExpiresAt.Format(time.RFC3339)))
 		}
+	}
+}
+
+// answerExpired tells the callers of just-expired calls.
+func (s *Service) answerExpired(ctx context.Context, ids []string) {
+	for _, id := range ids {
+		h, err := s.store.get(ctx, id)
+		if err != nil {
+			continue
+		}
+		s.answer(ctx, h, windlass.CodeExpired, fmt.Sprintf("The call to %q was not approved within its approval window (it expired at %s) and was not run.", h.Tool, h.ExpiresAt.Format(time.RFC3339)))
 	}
 }
 
@@ -284,8 +308,15 @@ func (s *Service) release(ctx context.Context, h *HeldCall) error {
 		call.Arguments = h.ApprovedArguments
 	}
 	// The execution deadline starts at release: the tool's timeout plus an
-	// allowance for a free worker, not the time the request was made.
-	call.Deadline = time.Now().Add(timeout + s.cfg.QueueAllowance)
+	// allowance for a free worker, not the time the request was made — but
+	// never past the caller's own deadline, after which nobody waits for
+	// the result (the dispatcher's default deadline for a gated call leaves
+	// room for the approval window and then this).
+	deadline := time.Now().Add(timeout + s.cfg.QueueAllowance)
+	if !h.call.Deadline.IsZero() && h.call.Deadline.Before(deadline) {
+		deadline = h.call.Deadline
+	}
+	call.Deadline = deadline
 	data, err := json.Marshal(call)
 	if err != nil {
 		return err

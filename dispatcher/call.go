@@ -202,17 +202,18 @@ func (d *Dispatcher) Call(ctx context.Context, name string, args any, opts ...Ca
 		return refusal(name, &windlass.CallError{Code: windlass.CodeInvalidCall, Message: fmt.Sprintf("Call %q is already in flight on this dispatcher.", p.call.ID)})
 	}
 	defer d.pending.Delete(p.call.ID)
+	// For a gated call too: the approval service never runs it past this
+	// deadline (its release deadline is capped by it).
 	waitCtx, cancel := context.WithDeadline(ctx, p.call.Deadline)
 	defer cancel()
 	if err := d.publish(waitCtx, p); err != nil {
 		return refusal(name, err)
 	}
 	select {
-	case r, ok := <-ch:
-		if !ok {
-			return refusal(name, ErrClosed)
-		}
+	case r := <-ch:
 		return r, nil
+	case <-d.done:
+		return refusal(name, ErrClosed)
 	case <-waitCtx.Done():
 		return d.timedOut(ctx, p.call)
 	}

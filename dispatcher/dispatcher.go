@@ -75,6 +75,7 @@ type Dispatcher struct {
 
 	unclaimed atomic.Int64
 	closed    atomic.Bool
+	done      chan struct{} // closed by Close; waiting calls return ErrClosed
 }
 
 // New connects a dispatcher: it ensures the calls, results and approvals
@@ -109,7 +110,7 @@ func New(ctx context.Context, cfg Config) (*Dispatcher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dispatcher: results stream: %w", err)
 	}
-	d := &Dispatcher{cfg: cfg, js: js, results: results}
+	d := &Dispatcher{cfg: cfg, js: js, results: results, done: make(chan struct{})}
 	d.sub, err = cfg.Conn.Subscribe(layout.ResultInbox(cfg.ID), d.onResult)
 	if err != nil {
 		return nil, fmt.Errorf("dispatcher: subscribe to results: %w", err)
@@ -134,13 +135,9 @@ func (d *Dispatcher) Close() error {
 	if d.closed.Swap(true) {
 		return nil
 	}
+	close(d.done)
 	err := d.sub.Unsubscribe()
 	d.view.Close()
-	d.pending.Range(func(k, v any) bool {
-		d.pending.Delete(k)
-		close(v.(chan windlass.ToolResult))
-		return true
-	})
 	return err
 }
 
@@ -160,10 +157,13 @@ func (d *Dispatcher) onResult(m *nats.Msg) {
 		d.cfg.Logger.Warn("dispatcher: undecodable result dropped", "subject", m.Subject, "error", err)
 		return
 	}
+	if r.IsError && r.Error == nil { // a foreign worker may leave the error object out
+		r.Error = &windlass.CallError{Code: windlass.CodeToolError, Message: r.Content}
+	}
 	ch, ok := d.pending.LoadAndDelete(r.CallID)
 	if !ok {
 		d.unclaimed.Add(1)
 		return
 	}
-	ch.(chan windlass.ToolResult) <- r
+	ch.(chan windlass.ToolResult) <- r // buffered 1, and only the one LoadAndDelete winner sends
 }

@@ -93,6 +93,9 @@ func (t *FleetTool) Call(ctx context.Context, args json.RawMessage) (any, error)
 	}
 	r, _ := t.d.Call(ctx, t.spec.Name, args, opts...)
 	if r.IsError {
+		if r.Error == nil { // a foreign worker may leave the error object out
+			return nil, &windlass.CallError{Code: windlass.CodeToolError, Message: r.Content}
+		}
 		return nil, r.Error
 	}
 	// A string value renders as itself: return it as a string, not as its

@@ -103,7 +103,9 @@ func TestApprovalServiceKilledLosesNothing(t *testing.T) {
 	start() // the calls submitted while it was dead wait in the stream
 	for _, id := range ids {
 		var h map[string]any
-		waitFor(t, 20*time.Second, "call "+id+" held", func() bool {
+		// A call in flight when the process died comes back after the
+		// consumer's ack wait (10 s).
+		waitFor(t, 40*time.Second, "call "+id+" held", func() bool {
 			code, m := api("GET", "/v1/approvals/"+id, nil)
 			h = m
 			return code == http.StatusOK

@@ -12,6 +12,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"time"
 
@@ -163,12 +164,21 @@ func ApprovalsConfig(o StreamOptions) jetstream.StreamConfig {
 	}
 }
 
-// EnsureStreams creates each stream, or updates it to cfg when it exists
-// with another configuration. It is idempotent and safe to run from every
-// process that uses the streams.
+// EnsureStreams creates each stream that is missing. A stream that exists
+// is left as it is: a process started with dev defaults (one replica) never
+// rewrites a production stream (three replicas); change a stream's settings
+// deliberately, with the nats CLI or a deploy step. It is idempotent and safe
+// to run from every process that uses the streams.
 func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfgs ...jetstream.StreamConfig) error {
 	for _, cfg := range cfgs {
-		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
+		_, err := js.Stream(ctx, cfg.Name)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			_, err = js.CreateStream(ctx, cfg)
+			if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+				err = nil // another process created it first
+			}
+		}
+		if err != nil {
 			return fmt.Errorf("layout: ensure stream %s: %w", cfg.Name, err)
 		}
 	}
