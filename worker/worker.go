@@ -217,17 +217,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	consumers := make([]jetstream.Consumer, len(tools))
 	for i, t := range tools {
-		c, err := js.CreateOrUpdateConsumer(ctx, layout.CallsStream, jetstream.ConsumerConfig{
-			Durable:       layout.ConsumerName(t.spec.Name),
-			Description:   "Windlass workers of tool " + t.spec.Name,
-			FilterSubject: layout.CallSubject(t.spec.Name),
-			AckPolicy:     jetstream.AckExplicitPolicy,
-			AckWait:       w.cfg.AckWait,
-			MaxDeliver:    w.cfg.MaxDeliver,
-			MaxAckPending: 20000,
-		})
+		c, err := w.ensureConsumer(ctx, t)
 		if err != nil {
-			return fmt.Errorf("worker: ensure consumer for tool %q: %w", t.spec.Name, err)
+			return err
 		}
 		consumers[i] = c
 	}
@@ -274,6 +266,23 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	log.Info("worker: stopped")
 	return nil
+}
+
+// ensureConsumer creates or updates the tool's shared durable consumer.
+func (w *Worker) ensureConsumer(ctx context.Context, t *registered) (jetstream.Consumer, error) {
+	c, err := w.cfg.JetStream.CreateOrUpdateConsumer(ctx, layout.CallsStream, jetstream.ConsumerConfig{
+		Durable:       layout.ConsumerName(t.spec.Name),
+		Description:   "Windlass workers of tool " + t.spec.Name,
+		FilterSubject: layout.CallSubject(t.spec.Name),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       w.cfg.AckWait,
+		MaxDeliver:    w.cfg.MaxDeliver,
+		MaxAckPending: 20000,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("worker: ensure consumer for tool %q: %w", t.spec.Name, err)
+	}
+	return c, nil
 }
 
 // errShutdown is the cause that ends a running tool's context when the
@@ -338,6 +347,17 @@ func (w *Worker) pull(ctx, runCtx context.Context, cons jetstream.Consumer, t *r
 		}
 		if err != nil && ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) {
 			failures++
+			if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrStreamNotFound) {
+				// Deleted under us (an operator, a stream reset): recreate
+				// what is missing and go on pulling.
+				if rerr := layout.EnsureStreams(ctx, w.cfg.JetStream, layout.CallsConfig(layout.StreamOptions{Replicas: w.cfg.Replicas}), layout.ResultsConfig(layout.StreamOptions{Replicas: w.cfg.Replicas})); rerr != nil {
+					err = rerr
+				} else if c, rerr := w.ensureConsumer(ctx, t); rerr != nil {
+					err = rerr
+				} else {
+					cons = c
+				}
+			}
 			log.Warn("worker: pull failed; retrying", "tool", t.spec.Name, "error", err, "failures", failures)
 			select {
 			case <-time.After(min(time.Duration(failures)*100*time.Millisecond, 2*time.Second)):

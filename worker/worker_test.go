@@ -524,3 +524,21 @@ func TestUnreachableLedgerRetriesInsteadOfRejecting(t *testing.T) {
 		t.Errorf("after the ledger came back: %+v (runs %d)", r, runs.Load())
 	}
 }
+
+func TestConsumerDeletedUnderTheWorkerIsRecreated(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	var runs atomic.Int64
+	b.start(worker.Config{}, countingEcho(&runs))
+	if err := b.js.DeleteConsumer(t.Context(), layout.CallsStream, layout.ConsumerName("echo")); err != nil {
+		t.Fatal(err)
+	}
+	b.waitFor(10*time.Second, "consumer recreated", func() bool {
+		_, err := b.js.Consumer(context.Background(), layout.CallsStream, layout.ConsumerName("echo"))
+		return err == nil
+	})
+	b.publish(windlass.ToolCall{ID: "after", Name: "echo", Arguments: json.RawMessage(`{"text":"back"}`)})
+	if r := b.result(10 * time.Second); r.IsError || r.Content != "back" {
+		t.Errorf("result = %+v", r)
+	}
+}
