@@ -31,6 +31,7 @@ var (
 // DecidedError reports a decision on a call already decided (409). Call is
 // the call with its first decision.
 type DecidedError struct {
+	// Call is the held call as the first decision left it.
 	Call *HeldCall
 }
 
@@ -46,6 +47,7 @@ func (e *DecidedError) Error() string {
 // InvalidArgumentsError reports edited arguments that do not fit the tool's
 // schema (422).
 type InvalidArgumentsError struct {
+	// Err is the validation error (a *windlass.ArgumentError).
 	Err error
 }
 
