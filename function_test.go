@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -23,12 +24,14 @@ type bookingArgs struct {
 	Address  address   `json:"address"`
 	Previous []address `json:"previous,omitempty"`
 	Arrive   time.Time `json:"arrive,omitzero"`
-	internal int       //nolint:unused // unexported: not part of the schema
+	internal int       // unexported: not part of the schema
 }
 
 func TestFuncSchemaFromStruct(t *testing.T) {
 	t.Parallel()
-	tool, err := windlass.Func("book", func(ctx context.Context, in bookingArgs) (string, error) { return in.Guest, nil },
+	tool, err := windlass.Func("book", func(ctx context.Context, in bookingArgs) (string, error) {
+		return fmt.Sprint(in.Guest, in.internal), nil
+	},
 		windlass.WithDoc("\n  Book a room.\n\n  Longer text the model does not need.\n"), windlass.WithTimeout(5*time.Second), windlass.WithApproval())
 	if err != nil {
 		t.Fatal(err)
