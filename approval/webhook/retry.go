@@ -42,14 +42,18 @@ func (s *schedule) Reset() {
 	s.floor = 0
 }
 
+// timerGuard is kept free before maxElapsed: a timer fires a little after
+// the delay asked for, and no attempt may start after the bound.
+const timerGuard = 25 * time.Millisecond
+
 // NextBackOff implements backoff.BackOff.
 func (s *schedule) NextBackOff() time.Duration {
 	next := s.exp.NextBackOff()
 	if next != backoff.Stop && next < s.floor {
 		next = s.floor
-		if s.exp.GetElapsedTime()+next > s.maxElapsed {
-			next = backoff.Stop
-		}
+	}
+	if next != backoff.Stop && s.exp.GetElapsedTime()+next+timerGuard > s.maxElapsed {
+		next = backoff.Stop
 	}
 	s.floor = 0
 	s.chosen(next)
