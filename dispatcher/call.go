@@ -174,12 +174,15 @@ func encodeArgs(args any) (json.RawMessage, error) {
 	return json.Marshal(args)
 }
 
-// publish sends a prepared call durably; the stream deduplicates by call id.
-func (d *Dispatcher) publish(ctx context.Context, p *prepared) error {
-	if _, err := d.js.PublishMsg(ctx, p.msg); err != nil {
-		return &windlass.CallError{Code: windlass.CodeUnavailable, Message: fmt.Sprintf("The fleet could not accept the call: %v", err)}
+// publish sends a prepared call durably; the stream deduplicates by call
+// id. duplicate reports that a call with this id was already accepted (a
+// retried submit), whose result goes wherever the first submit asked.
+func (d *Dispatcher) publish(ctx context.Context, p *prepared) (duplicate bool, err error) {
+	ack, err := d.js.PublishMsg(ctx, p.msg)
+	if err != nil {
+		return false, &windlass.CallError{Code: windlass.CodeUnavailable, Message: fmt.Sprintf("The fleet could not accept the call: %v", err)}
 	}
-	return nil
+	return ack.Duplicate, nil
 }
 
 // Call runs a tool in the fleet and waits for its result, at most until the
@@ -206,8 +209,19 @@ func (d *Dispatcher) Call(ctx context.Context, name string, args any, opts ...Ca
 	// deadline (its release deadline is capped by it).
 	waitCtx, cancel := context.WithDeadline(ctx, p.call.Deadline)
 	defer cancel()
-	if err := d.publish(waitCtx, p); err != nil {
+	duplicate, err := d.publish(waitCtx, p)
+	if err != nil {
 		return refusal(name, err)
+	}
+	if duplicate {
+		// Submitted before, maybe from another instance: its result may go
+		// to that instance's subject, so wait for it by call id.
+		d.pending.Delete(p.call.ID)
+		r, err := d.Wait(waitCtx, p.call.ID)
+		if err != nil {
+			return d.timedOut(ctx, p.call)
+		}
+		return r, nil
 	}
 	select {
 	case r := <-ch:
@@ -259,7 +273,7 @@ func (d *Dispatcher) Submit(ctx context.Context, name string, args any, opts ...
 	if err != nil {
 		return "", err
 	}
-	if err := d.publish(ctx, p); err != nil {
+	if _, err := d.publish(ctx, p); err != nil {
 		return "", err
 	}
 	return p.call.ID, nil

@@ -266,3 +266,35 @@ func TestStatusWithoutApprovalService(t *testing.T) {
 		t.Errorf("Status(unknown, no approval service) = %+v, %v", st, err)
 	}
 }
+
+func TestCallRetriedWithTheSameIDOnAnotherInstance(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int64
+	counted := windlass.MustFunc("count", func(ctx context.Context, _ struct{}) (int64, error) { return runs.Add(1), nil })
+	e := newEnv(t, counted)
+	if _, err := e.d.Submit(t.Context(), "count", nil, dispatcher.WithCallID("model-call-1")); err != nil {
+		t.Fatal(err)
+	}
+	other, err := dispatcher.New(t.Context(), dispatcher.Config{Conn: e.nats.Connect(t), Registry: e.reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		if cat, _ := other.Catalog(t.Context()); len(cat) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the other instance never saw the tool")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	start := time.Now()
+	r, err := other.Call(t.Context(), "count", nil, dispatcher.WithCallID("model-call-1"), dispatcher.WithTimeout(10*time.Second))
+	if err != nil || r.Content != "1" || time.Since(start) > 5*time.Second {
+		t.Errorf("retried Call = %+v, %v after %s: want the first run's result at once", r, err, time.Since(start))
+	}
+	if runs.Load() != 1 {
+		t.Errorf("ran %d times", runs.Load())
+	}
+}
