@@ -78,7 +78,13 @@ func newFleet(t *testing.T, policies map[string]approval.ToolPolicy) *fleet {
 	}
 	wctx, wcancel := context.WithCancel(context.Background())
 	wdone := make(chan struct{})
-	go func() { defer close(wdone); _ = w.Run(wctx) }()
+	var runErr atomic.Value
+	go func() {
+		defer close(wdone)
+		if err := w.Run(wctx); err != nil {
+			runErr.Store(err)
+		}
+	}()
 	t.Cleanup(func() { wcancel(); <-wdone })
 
 	f.d, err = dispatcher.New(t.Context(), dispatcher.Config{Conn: f.nats.Connect(t), Registry: f.reg})
@@ -86,10 +92,10 @@ func newFleet(t *testing.T, policies map[string]approval.ToolPolicy) *fleet {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = f.d.Close() })
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(15 * time.Second)
 	for cat, _ := f.d.Catalog(t.Context()); len(cat) == 0; cat, _ = f.d.Catalog(t.Context()) {
 		if time.Now().After(deadline) {
-			t.Fatal("pay never became live")
+			t.Fatalf("pay never became live (worker Run: %v)", runErr.Load())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

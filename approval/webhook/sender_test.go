@@ -468,7 +468,7 @@ func TestDeliverRetriesTimeouts(t *testing.T) {
 	var rec attempts
 	s := newSender(t, webhook.Config{
 		Endpoints:    []webhook.Endpoint{{URL: rc.URL(), Secrets: []webhook.Secret{webhook.NewSecret()}}},
-		AllowPrivate: true, Timeout: 100 * time.Millisecond, OnAttempt: rec.record,
+		AllowPrivate: true, Timeout: 300 * time.Millisecond, OnAttempt: rec.record,
 	})
 	res := one(t, s.Deliver(t.Context(), webhook.Event{Type: "approval.requested"}))
 	if res.Err != nil || res.Attempts != 2 || res.StatusCode != http.StatusAccepted {
