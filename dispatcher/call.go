@@ -280,7 +280,10 @@ func (d *Dispatcher) Submit(ctx context.Context, name string, args any, opts ...
 }
 
 // Result returns a call's result from the results stream, from whichever
-// instance submitted it, or [ErrNoResult] when there is none yet.
+// instance submitted it, or [ErrNoResult] when there is none yet. The server
+// hands a result to live subscribers (Call, Wait) a moment before the
+// stream has stored it, so Result right after Wait returned may still say
+// ErrNoResult for a millisecond.
 func (d *Dispatcher) Result(ctx context.Context, callID string) (windlass.ToolResult, error) {
 	if err := windlass.ValidateCallID(callID); err != nil {
 		return windlass.ToolResult{}, fmt.Errorf("dispatcher: result: %w", err)

@@ -292,8 +292,15 @@ func TestSubmitOnOneFetchOnAnother(t *testing.T) {
 	if err != nil || r.Content != "42" || r.CallID != id {
 		t.Fatalf("Wait on the other instance = %+v, %v", r, err)
 	}
-	if r2, err := b.Result(ctx, id); err != nil || r2.Content != "42" {
-		t.Errorf("Result = %+v, %v", r2, err)
+	// Wait may hand over the result as it is published, a moment before
+	// the results stream has stored it; Result reads the stream.
+	var r2 windlass.ToolResult
+	waitFor(t, 2*time.Second, "the result stored and fetchable", func() bool {
+		r2, err = b.Result(ctx, id)
+		return err == nil
+	})
+	if r2.Content != "42" {
+		t.Errorf("Result = %+v", r2)
 	}
 
 	// A call still running: Result says not yet; Wait gets it live.
