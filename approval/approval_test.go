@@ -480,7 +480,12 @@ func TestSubmitThenStatusReadsAwaitingApproval(t *testing.T) {
 	}
 	f.do("POST", "/v1/approvals/"+id+"/approve", "alice", map[string]any{"args_hash": h.ArgsHash})
 	f.wait(id)
-	st, err = f.d.Status(t.Context(), id)
+	// The stream stores a result a moment after Wait saw it live.
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if st, err = f.d.Status(t.Context(), id); err != nil || st.State == dispatcher.StateFinished {
+			break
+		}
+	}
 	if err != nil || st.State != dispatcher.StateFinished || st.Result == nil || st.Result.IsError {
 		t.Errorf("Status after the run = %+v, %v", st, err)
 	}

@@ -258,7 +258,13 @@ func TestStatusWithoutApprovalService(t *testing.T) {
 	if _, err := e.d.Wait(ctx, id); err != nil {
 		t.Fatal(err)
 	}
-	st, err := e.d.Status(t.Context(), id)
+	// The stream stores a result a moment after Wait saw it live.
+	var st dispatcher.CallStatus
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if st, err = e.d.Status(t.Context(), id); err != nil || st.State == dispatcher.StateFinished {
+			break
+		}
+	}
 	if err != nil || st.State != dispatcher.StateFinished || st.Result.Content != "hello ada" {
 		t.Errorf("Status = %+v, %v", st, err)
 	}
