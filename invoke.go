@@ -149,12 +149,12 @@ func canceledText(tool string, cause error) string {
 	return fmt.Sprintf("Tool %q was canceled: %v.", tool, cause)
 }
 
-// Run executes tool directly, outside an agent, with args encoded as JSON
-// (a struct, a map, or a json.RawMessage as is). Unlike [Invoke], a failure
+// Run executes tool directly, outside an agent, with args encoded by
+// [EncodeArguments] (a struct, a map, or JSON text as is). Unlike [Invoke], a failure
 // is returned as an *[ExecutionError] alongside the error result, because
 // there is no model to recover.
 func Run(ctx context.Context, tool Tool, args any) (ToolResult, error) {
-	raw, err := encodeArguments(args)
+	raw, err := EncodeArguments(args)
 	if err != nil {
 		return ToolResult{}, fmt.Errorf("windlass: run %q: encode arguments: %w", tool.Spec().Name, err)
 	}
@@ -165,7 +165,11 @@ func Run(ctx context.Context, tool Tool, args any) (ToolResult, error) {
 	return result, nil
 }
 
-func encodeArguments(args any) (json.RawMessage, error) {
+// EncodeArguments turns arguments given in any Go form into the raw JSON a
+// [ToolCall] carries: nil is {}; a json.RawMessage, a []byte or a string is
+// taken as JSON text as it is; anything else is marshalled. [Run] and the
+// dispatcher use it, so every entry point accepts the same forms.
+func EncodeArguments(args any) (json.RawMessage, error) {
 	switch a := args.(type) {
 	case nil:
 		return json.RawMessage("{}"), nil
@@ -173,6 +177,8 @@ func encodeArguments(args any) (json.RawMessage, error) {
 		return a, nil
 	case []byte:
 		return a, nil
+	case string:
+		return json.RawMessage(a), nil
 	}
 	return json.Marshal(args)
 }

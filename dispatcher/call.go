@@ -80,7 +80,7 @@ func (d *Dispatcher) prepare(ctx context.Context, name string, args any, opts []
 	if !o.allowNoWorker && !info.HasLiveWorker(asOf) {
 		return nil, &windlass.CallError{Code: windlass.CodeNoWorker, Message: fmt.Sprintf("Tool %q has no live worker right now.", name)}
 	}
-	raw, err := encodeArgs(args)
+	raw, err := windlass.EncodeArguments(args)
 	if err != nil {
 		return nil, &windlass.CallError{Code: windlass.CodeInvalidArguments, Message: fmt.Sprintf("arguments: %v", err)}
 	}
@@ -158,20 +158,6 @@ func (d *Dispatcher) schema(spec windlass.Spec, hash string) (*windlass.Argument
 	}
 	d.schemas.Store(hash, s)
 	return s, nil
-}
-
-func encodeArgs(args any) (json.RawMessage, error) {
-	switch a := args.(type) {
-	case nil:
-		return json.RawMessage("{}"), nil
-	case json.RawMessage:
-		return a, nil
-	case []byte:
-		return a, nil
-	case string:
-		return json.RawMessage(a), nil
-	}
-	return json.Marshal(args)
 }
 
 // publish sends a prepared call durably; the stream deduplicates by call

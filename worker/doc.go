@@ -8,7 +8,9 @@
 // Every tool has one durable pull consumer on the calls stream
 // (layout.ConsumerName: "tool-<name>"), shared by every worker of the tool:
 // starting another worker adds capacity. Concurrency is bounded per tool
-// ([WithConcurrency]) and per process (Config.MaxConcurrency).
+// ([WithConcurrency]) and per process (Config.MaxConcurrency), and a worker
+// pulls only as many calls as it has free slots: a call never waits in a
+// client-side buffer, where its ack timer would run out unwatched.
 //
 // # Deadlines
 //
