@@ -44,7 +44,7 @@
 // # Shutdown
 //
 // When the context given to [Worker.Run] ends, the worker stops pulling
-// (calls it had buffered but not started are nacked for other workers), lets
+// (calls it had pulled but not started are nacked for other workers), lets
 // running calls finish within Config.ShutdownGrace, then cancels the rest
 // (they are nacked and redelivered), and withdraws from the registry.
 package worker
