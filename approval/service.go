@@ -130,7 +130,7 @@ const ConsumerName = "approval-service"
 // Run consumes gated calls, expires lapsed ones, finishes releases a crash
 // interrupted and feeds Notify, until ctx ends.
 func (s *Service) Run(ctx context.Context) error {
-	if err := layout.EnsureStreams(ctx, s.js, layout.ApprovalsConfig(layout.StreamOptions{}), layout.CallsConfig(layout.StreamOptions{}), layout.ResultsConfig(layout.StreamOptions{})); err != nil {
+	if err := layout.EnsureStreams(ctx, s.js, layout.AllStreams(layout.StreamOptions{})...); err != nil {
 		return fmt.Errorf("approval: %w", err)
 	}
 	cons, err := s.js.CreateOrUpdateConsumer(ctx, layout.ApprovalsStream, jetstream.ConsumerConfig{

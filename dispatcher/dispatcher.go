@@ -103,7 +103,7 @@ func New(ctx context.Context, cfg Config) (*Dispatcher, error) {
 		return nil, fmt.Errorf("dispatcher: jetstream: %w", err)
 	}
 	opts := layout.StreamOptions{Replicas: cfg.Replicas}
-	if err := layout.EnsureStreams(ctx, js, layout.CallsConfig(opts), layout.ResultsConfig(opts), layout.ApprovalsConfig(opts)); err != nil {
+	if err := layout.EnsureStreams(ctx, js, layout.AllStreams(opts)...); err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
 	results, err := js.Stream(ctx, layout.ResultsStream)

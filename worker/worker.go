@@ -212,7 +212,7 @@ func (w *Worker) Run(ctx context.Context) error {
 
 	js := w.cfg.JetStream
 	opts := layout.StreamOptions{Replicas: w.cfg.Replicas}
-	if err := layout.EnsureStreams(ctx, js, layout.CallsConfig(opts), layout.ResultsConfig(opts)); err != nil {
+	if err := layout.EnsureStreams(ctx, js, layout.AllStreams(opts)...); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
 	consumers := make([]jetstream.Consumer, len(tools))
@@ -350,7 +350,7 @@ func (w *Worker) pull(ctx, runCtx context.Context, cons jetstream.Consumer, t *r
 			if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrStreamNotFound) {
 				// Deleted under us (an operator, a stream reset): recreate
 				// what is missing and go on pulling.
-				if rerr := layout.EnsureStreams(ctx, w.cfg.JetStream, layout.CallsConfig(layout.StreamOptions{Replicas: w.cfg.Replicas}), layout.ResultsConfig(layout.StreamOptions{Replicas: w.cfg.Replicas})); rerr != nil {
+				if rerr := layout.EnsureStreams(ctx, w.cfg.JetStream, layout.AllStreams(layout.StreamOptions{Replicas: w.cfg.Replicas})...); rerr != nil {
 					err = rerr
 				} else if c, rerr := w.ensureConsumer(ctx, t); rerr != nil {
 					err = rerr

@@ -24,6 +24,9 @@ const (
 	CallsStream     = "WINDLASS_CALLS"
 	ResultsStream   = "WINDLASS_RESULTS"
 	ApprovalsStream = "WINDLASS_APPROVALS"
+	EventsStream    = "WINDLASS_EVENTS"
+	CancelsStream   = "WINDLASS_CANCELS"
+	DeadStream      = "WINDLASS_DEAD"
 )
 
 // Subject roots.
@@ -31,6 +34,9 @@ const (
 	callPrefix     = "windlass.call."
 	resultPrefix   = "windlass.result."
 	approvalPrefix = "windlass.approval."
+	eventPrefix    = "windlass.event."
+	cancelPrefix   = "windlass.cancel."
+	deadPrefix     = "windlass.dead."
 )
 
 // Header names on call and result messages.
@@ -84,6 +90,52 @@ func CallToken(callID string) string {
 	return hex.EncodeToString(sum[:16])
 }
 
+// EventKind names one kind of call event; it is the last token of the
+// event's subject, so the latest event of each kind is one direct get.
+type EventKind string
+
+// The kinds of call events.
+const (
+	EventQueued   EventKind = "queued"   // the dispatcher's call was accepted by the stream
+	EventStarted  EventKind = "started"  // a worker began an attempt
+	EventProgress EventKind = "progress" // a running tool reported progress
+	EventRetrying EventKind = "retrying" // an attempt failed with a retryable error
+)
+
+// EventSubject is the subject of one kind of event of a call:
+// windlass.event.<call token>.<kind>. Events are plain (core) publishes
+// that the events stream captures; publishers never wait for them.
+func EventSubject(callID string, kind EventKind) string {
+	return eventPrefix + CallToken(callID) + "." + string(kind)
+}
+
+// EventsOfCall matches every event of one call.
+func EventsOfCall(callID string) string { return eventPrefix + CallToken(callID) + ".*" }
+
+// EventSubjects is the events stream's subject filter.
+const EventSubjects = eventPrefix + "*.*"
+
+// CancelSubject is the subject of a call's cancellation:
+// windlass.cancel.<call token>. The cancels stream remembers it, so a call
+// canceled while queued is not run when a worker pulls it later; workers
+// follow the stream to cancel calls they are running.
+func CancelSubject(callID string) string { return cancelPrefix + CallToken(callID) }
+
+// CancelSubjects is the cancels stream's subject filter.
+const CancelSubjects = cancelPrefix + "*"
+
+// DeadSubject is the subject of a tool's dead calls: windlass.dead.<tool>.
+func DeadSubject(tool string) string { return deadPrefix + tool }
+
+// DeadSubjects is the dead calls stream's subject filter.
+const DeadSubjects = deadPrefix + "*"
+
+// DeadMsgID is the Nats-Msg-Id of a dead call's record.
+func DeadMsgID(callID string) string { return "dead:" + callID }
+
+// CancelMsgID is the Nats-Msg-Id of a call's cancellation.
+func CancelMsgID(callID string) string { return "cancel:" + callID }
+
 // ConsumerName is the durable pull consumer shared by every worker of tool.
 func ConsumerName(tool string) string { return "tool-" + tool }
 
@@ -99,6 +151,8 @@ type StreamOptions struct {
 	ResultsMaxAge time.Duration
 	// Duplicates is the duplicate window for call and result ids; 0 means 10m.
 	Duplicates time.Duration
+	// DeadMaxAge is how long dead calls are kept for replay; 0 means 7 days.
+	DeadMaxAge time.Duration
 	// Storage of the streams; the zero value is file storage.
 	Storage jetstream.StorageType
 }
@@ -112,6 +166,9 @@ func (o StreamOptions) withDefaults() StreamOptions {
 	}
 	if o.Duplicates == 0 {
 		o.Duplicates = 10 * time.Minute
+	}
+	if o.DeadMaxAge == 0 {
+		o.DeadMaxAge = 7 * 24 * time.Hour
 	}
 	return o
 }
@@ -162,6 +219,65 @@ func ApprovalsConfig(o StreamOptions) jetstream.StreamConfig {
 		Replicas:    o.Replicas,
 		Duplicates:  o.Duplicates,
 	}
+}
+
+// EventsConfig is the events stream: the latest few events of each kind of
+// each call, kept as long as results, for status queries and watchers.
+func EventsConfig(o StreamOptions) jetstream.StreamConfig {
+	o = o.withDefaults()
+	return jetstream.StreamConfig{
+		Name:              EventsStream,
+		Description:       "Windlass call events (queued, started, progress, retrying), by call token and kind",
+		Subjects:          []string{EventSubjects},
+		Retention:         jetstream.LimitsPolicy,
+		Storage:           o.Storage,
+		Replicas:          o.Replicas,
+		MaxAge:            o.ResultsMaxAge,
+		MaxMsgsPerSubject: 8,
+		Discard:           jetstream.DiscardOld,
+		AllowDirect:       true,
+	}
+}
+
+// CancelsConfig is the cancels stream: one record per canceled call, kept
+// as long as results.
+func CancelsConfig(o StreamOptions) jetstream.StreamConfig {
+	o = o.withDefaults()
+	return jetstream.StreamConfig{
+		Name:              CancelsStream,
+		Description:       "Windlass call cancellations, by call token",
+		Subjects:          []string{CancelSubjects},
+		Retention:         jetstream.LimitsPolicy,
+		Storage:           o.Storage,
+		Replicas:          o.Replicas,
+		MaxAge:            o.ResultsMaxAge,
+		MaxMsgsPerSubject: 1,
+		Duplicates:        o.Duplicates,
+		AllowDirect:       true,
+	}
+}
+
+// DeadConfig is the dead calls stream: calls that ran out of deliveries or
+// retries, with their last error, kept for DeadMaxAge to be listed and
+// replayed.
+func DeadConfig(o StreamOptions) jetstream.StreamConfig {
+	o = o.withDefaults()
+	return jetstream.StreamConfig{
+		Name:        DeadStream,
+		Description: "Windlass dead calls (deliveries or retries exhausted), by tool",
+		Subjects:    []string{DeadSubjects},
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     o.Storage,
+		Replicas:    o.Replicas,
+		MaxAge:      o.DeadMaxAge,
+		Duplicates:  o.Duplicates,
+		AllowDirect: true,
+	}
+}
+
+// AllStreams is the configuration of every stream of the fleet.
+func AllStreams(o StreamOptions) []jetstream.StreamConfig {
+	return []jetstream.StreamConfig{CallsConfig(o), ResultsConfig(o), ApprovalsConfig(o), EventsConfig(o), CancelsConfig(o), DeadConfig(o)}
 }
 
 // EnsureStreams creates each stream that is missing. A stream that exists
