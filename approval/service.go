@@ -64,6 +64,10 @@ type Config struct {
 	QueueAllowance time.Duration
 	// Prefix starts every Redis key. Default "windlass:approval:".
 	Prefix string
+	// Replicas of the streams the service creates when they are missing
+	// (see layout.EnsureStreams: existing streams are left as they are).
+	// Default 1; use 3 on a three-node JetStream cluster.
+	Replicas int
 	// Notify receives every audit event, in order, at least once — the
 	// hook the webhook delivery hangs on. It runs on one goroutine; an
 	// error retries the event later. Nil: no notifications.
@@ -93,6 +97,8 @@ func New(cfg Config) (*Service, error) {
 		return nil, errors.New("approval: Config.Signer is nil: a release key is required (windlass approval keygen)")
 	case cfg.DefaultWindow < 0 || cfg.QueueAllowance < 0:
 		return nil, errors.New("approval: Config.DefaultWindow and Config.QueueAllowance must not be negative")
+	case cfg.Replicas < 0:
+		return nil, fmt.Errorf("approval: Config.Replicas must not be negative, got %d", cfg.Replicas)
 	}
 	for name, p := range cfg.Policies {
 		if p.Window < 0 || p.RequiredApprovals < 0 {
@@ -130,7 +136,7 @@ const ConsumerName = "approval-service"
 // Run consumes gated calls, expires lapsed ones, finishes releases a crash
 // interrupted and feeds Notify, until ctx ends.
 func (s *Service) Run(ctx context.Context) error {
-	if err := layout.EnsureStreams(ctx, s.js, layout.AllStreams(layout.StreamOptions{})...); err != nil {
+	if err := layout.EnsureStreams(ctx, s.js, layout.AllStreams(layout.StreamOptions{Replicas: s.cfg.Replicas})...); err != nil {
 		return fmt.Errorf("approval: %w", err)
 	}
 	cons, err := s.js.CreateOrUpdateConsumer(ctx, layout.ApprovalsStream, jetstream.ConsumerConfig{

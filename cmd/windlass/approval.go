@@ -45,6 +45,8 @@ func runApproval(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	c := commonFlags(fs)
 	a := approvalFlags(fs)
 	listen := stringFlag(fs, "listen", "127.0.0.1:8090", "address of the HTTP API and dashboard")
+	replicas := intFlag(fs, "replicas", 1, "replicas of the streams when the service creates them (3 on a three-node JetStream cluster)")
+	healthListen := healthFlag(fs)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -58,11 +60,17 @@ func runApproval(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	defer sess.Close()
 	log, nc, rc, reg := sess.log, sess.nc, sess.rc, sess.reg
+	a.replicas = *replicas
 	svc, closeHooks, err := a.service(nc, rc, reg, *c.prefix, log)
 	if err != nil {
 		return err
 	}
 	defer closeHooks()
+	stopHealth, err := serveHealth(*healthListen, nc, rc, log)
+	if err != nil {
+		return err
+	}
+	defer stopHealth()
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return fmt.Errorf("--listen %s: %w", *listen, err)
@@ -101,6 +109,7 @@ type approvalOptions struct {
 	allowPrivateWebhooks            *bool
 	extraReviewers                  []approval.Reviewer
 	signer                          *release.Signer
+	replicas                        int // of the streams the service creates; 0 is 1
 }
 
 func approvalFlags(fs *flag.FlagSet) *approvalOptions {
@@ -138,7 +147,7 @@ func (a *approvalOptions) service(nc *nats.Conn, rc redis.UniversalClient, reg *
 		return nil, nil, err
 	}
 	cfg := approval.Config{Conn: nc, Redis: rc, Registry: reg, Signer: signer, Reviewers: reviewers,
-		Policies: policies, DefaultWindow: *a.window, Prefix: strings.TrimSuffix(prefix, ":") + ":approval:", Logger: log}
+		Policies: policies, DefaultWindow: *a.window, Replicas: a.replicas, Prefix: strings.TrimSuffix(prefix, ":") + ":approval:", Logger: log}
 	var svc *approval.Service
 	closeHooks := func() {}
 	if urls := splitList(*a.webhookURLs); len(urls) > 0 {

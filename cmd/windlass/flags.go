@@ -88,6 +88,7 @@ func boolFlag(fs *flag.FlagSet, name string, def bool, usage string) *bool {
 // common are the flags of every command that talks to the fleet.
 type common struct {
 	natsURL, redisURL, prefix *string
+	inboxPrefix, dispatcherID *string
 	logLevel, logFormat       *string
 }
 
@@ -96,6 +97,10 @@ func commonFlags(fs *flag.FlagSet) *common {
 		natsURL:   stringFlag(fs, "nats-url", "", "NATS server URL (default: the running 'windlass dev', else nats://127.0.0.1:4222)"),
 		redisURL:  stringFlag(fs, "redis-url", "", "Redis URL (default: the running 'windlass dev', else redis://127.0.0.1:6379/0)"),
 		prefix:    stringFlag(fs, "redis-prefix", registry.DefaultPrefix, "prefix of the registry's Redis keys"),
+		inboxPrefix: stringFlag(fs, "nats-inbox-prefix", nats.InboxPrefix[:len(nats.InboxPrefix)-1],
+			"prefix of this process's NATS reply subjects; with per-role NATS users, the one the user may subscribe to (deploy/nats: _INBOX_<user>)"),
+		dispatcherID: stringFlag(fs, "dispatcher-id", "",
+			"id of this process's dispatcher in result subjects, for commands that call tools (default: random; with per-role NATS users, the one the user may receive results for)"),
 		logLevel:  stringFlag(fs, "log-level", "info", "log level: debug, info, warn, error"),
 		logFormat: stringFlag(fs, "log-format", "text", "log format: text or json"),
 	}
@@ -132,7 +137,7 @@ func (c *common) endpoints() (natsURL, redisURL string) {
 // connect dials NATS and Redis.
 func (c *common) connect(name string) (*nats.Conn, *redis.Client, error) {
 	natsURL, redisURL := c.endpoints()
-	nc, err := nats.Connect(natsURL, nats.Name("windlass "+name), nats.MaxReconnects(-1))
+	nc, err := nats.Connect(natsURL, nats.Name("windlass "+name), nats.MaxReconnects(-1), nats.CustomInboxPrefix(*c.inboxPrefix))
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect to NATS at %s: %w (start `windlass dev`, or pass --nats-url)", natsURL, err)
 	}
@@ -151,7 +156,8 @@ func (c *common) registry(rc redis.UniversalClient, log *slog.Logger) (*registry
 // session is what every command that talks to the fleet opens: a logger,
 // the NATS and Redis connections and the registry.
 type session struct {
-	log *slog.Logger
+	dispatcherID string
+	log          *slog.Logger
 	nc  *nats.Conn
 	rc  *redis.Client
 	reg *registry.Registry
@@ -173,7 +179,7 @@ func (c *common) open(name string, stderr io.Writer) (*session, error) {
 		_ = rc.Close()
 		return nil, err
 	}
-	return &session{log: log, nc: nc, rc: rc, reg: reg}, nil
+	return &session{dispatcherID: *c.dispatcherID, log: log, nc: nc, rc: rc, reg: reg}, nil
 }
 
 // Close closes the connections.
@@ -184,7 +190,7 @@ func (s *session) Close() {
 
 // dispatcher starts a dispatcher on the session.
 func (s *session) dispatcher(ctx context.Context) (*dispatcher.Dispatcher, error) {
-	return dispatcher.New(ctx, dispatcher.Config{Conn: s.nc, Registry: s.reg, Logger: s.log})
+	return dispatcher.New(ctx, dispatcher.Config{Conn: s.nc, Registry: s.reg, ID: s.dispatcherID, Logger: s.log})
 }
 
 // discovery is what `windlass dev` writes so that commands in another

@@ -26,6 +26,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	replicas := intFlag(fs, "replicas", 1, "replicas of the streams when this worker creates them")
 	replace := boolFlag(fs, "replace", false, "replace differing specs in the registry (rolling upgrade)")
 	releaseKeys := stringFlag(fs, "release-public-keys", "", "comma-separated approval-service public keys, ed25519:<base64>; without them gated tools refuse every call")
+	healthListen := healthFlag(fs)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -62,6 +63,11 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return err
 		}
 	}
+	stopHealth, err := serveHealth(*healthListen, nc, rc, log)
+	if err != nil {
+		return err
+	}
+	defer stopHealth()
 	return w.Run(ctx)
 }
 
