@@ -94,9 +94,9 @@ type common struct {
 
 func commonFlags(fs *flag.FlagSet) *common {
 	return &common{
-		natsURL:   stringFlag(fs, "nats-url", "", "NATS server URL (default: the running 'windlass dev', else nats://127.0.0.1:4222)"),
-		redisURL:  stringFlag(fs, "redis-url", "", "Redis URL (default: the running 'windlass dev', else redis://127.0.0.1:6379/0)"),
-		prefix:    stringFlag(fs, "redis-prefix", registry.DefaultPrefix, "prefix of the registry's Redis keys"),
+		natsURL:  stringFlag(fs, "nats-url", "", "NATS server URL (default: the running 'windlass dev', else nats://127.0.0.1:4222)"),
+		redisURL: stringFlag(fs, "redis-url", "", "Redis URL (default: the running 'windlass dev', else redis://127.0.0.1:6379/0)"),
+		prefix:   stringFlag(fs, "redis-prefix", registry.DefaultPrefix, "prefix of the registry's Redis keys"),
 		inboxPrefix: stringFlag(fs, "nats-inbox-prefix", nats.InboxPrefix[:len(nats.InboxPrefix)-1],
 			"prefix of this process's NATS reply subjects; with per-role NATS users, the one the user may subscribe to (deploy/nats: _INBOX_<user>)"),
 		dispatcherID: stringFlag(fs, "dispatcher-id", "",
@@ -158,9 +158,9 @@ func (c *common) registry(rc redis.UniversalClient, log *slog.Logger) (*registry
 type session struct {
 	dispatcherID string
 	log          *slog.Logger
-	nc  *nats.Conn
-	rc  *redis.Client
-	reg *registry.Registry
+	nc           *nats.Conn
+	rc           *redis.Client
+	reg          *registry.Registry
 }
 
 // open builds the logger, connects and makes the registry; Close undoes it.
