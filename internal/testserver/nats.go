@@ -20,6 +20,16 @@ type NATSOptions struct {
 	// MaxPayload is the largest message payload, in bytes, that the server
 	// accepts; 0 keeps the server default (1 MiB).
 	MaxPayload int32
+	// SyncAlways makes JetStream sync every write to disk before it is
+	// acknowledged (`jetstream { sync_interval: always }`); the server
+	// default syncs every 2 minutes.
+	SyncAlways bool
+	// ConfigFile, when set, is a nats-server configuration file loaded with
+	// the server's own parser (accounts, users, permissions, ...); a warning
+	// fails the start. The harness still sets the listen address (127.0.0.1,
+	// a free port), the JetStream store directory and quiet logging, and
+	// turns JetStream on.
+	ConfigFile string
 }
 
 // NATS is an in-process nats-server with JetStream enabled. Its URL and its
@@ -83,15 +93,23 @@ func (n *NATS) start() error {
 	if n.closed {
 		return errors.New("testserver: nats-server was closed")
 	}
-	s, err := server.NewServer(&server.Options{
-		Host:       "127.0.0.1",
-		Port:       n.port,
-		JetStream:  true,
-		StoreDir:   n.storeDir,
-		MaxPayload: n.opts.MaxPayload,
-		NoLog:      true,
-		NoSigs:     true,
-	})
+	opts := &server.Options{}
+	if n.opts.ConfigFile != "" {
+		// Warnings (an unknown field, say) fail too: the file is meant to
+		// be exactly what a deployment loads.
+		if err := opts.ProcessConfigFile(n.opts.ConfigFile); err != nil {
+			return fmt.Errorf("testserver: load %s: %w", n.opts.ConfigFile, err)
+		}
+	}
+	opts.Host, opts.Port, opts.JetStream, opts.StoreDir = "127.0.0.1", n.port, true, n.storeDir
+	opts.HTTPPort, opts.Cluster.Port, opts.NoLog, opts.NoSigs = 0, 0, true, true
+	if n.opts.MaxPayload != 0 {
+		opts.MaxPayload = n.opts.MaxPayload
+	}
+	if n.opts.SyncAlways {
+		opts.SyncAlways = true
+	}
+	s, err := server.NewServer(opts)
 	if err != nil {
 		return fmt.Errorf("testserver: configure nats-server: %w", err)
 	}
