@@ -27,7 +27,7 @@ import (
 func BenchmarkRoundTrip(b *testing.B) {
 	for _, inflight := range []int{1, 64} {
 		b.Run(fmt.Sprintf("inflight=%d", inflight), func(b *testing.B) {
-			f := newFleet(b)
+			f := newFleet(b, benchNATSOptions())
 			raw := newRawRoundTrip(b, f)
 			f.startWorker(worker.Config{}, windlass.MustFunc("noop", func(ctx context.Context, _ struct{}) (int, error) { return 1, nil }))
 			d := f.dispatcher()
