@@ -3,7 +3,7 @@ GO          ?= go
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 TEST_FLAGS  ?= -race -count=1 -timeout 30m
 
-.PHONY: help test lint fmt-check vet deps dev bench
+.PHONY: help test lint fmt-check vet deps dev bench local
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  %-10s %s\n", $$1, $$2}'
@@ -37,6 +37,9 @@ lint: fmt-check vet ## gofmt, go vet and staticcheck
 
 dev: ## run the whole fleet in one process on its embedded default
 	$(GO) run ./cmd/windlass dev
+
+local: ## the production topology on this machine: 3 clustered NATS nodes, Redis, approval, 2 workers (deploy/local)
+	$(GO) run ./deploy/local
 
 bench: ## the Go benchmarks of integration/ (fleet beside raw NATS), 5 runs each
 	$(GO) test -run '^$$' -bench . -benchtime 2s -count 5 ./integration/
