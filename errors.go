@@ -3,6 +3,7 @@ package windlass
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // ErrorCode classifies a failed call. Codes are stable strings on the wire
@@ -51,6 +52,13 @@ type CallError struct {
 	Code ErrorCode `json:"code"`
 	// Message is the text for the model (the result's content).
 	Message string `json:"message"`
+	// Retryable reports that the failure may pass if the call is made
+	// again (the tool said so with [Retryable]). A worker retries such a
+	// call itself, within the tool's retry policy, before answering it.
+	Retryable bool `json:"retryable,omitempty"`
+	// RetryAfterMS is the delay before another attempt that the tool asked
+	// for with [RetryAfter], in milliseconds.
+	RetryAfterMS int64 `json:"retry_after_ms,omitempty"`
 }
 
 // Error implements error as "code: message".
@@ -123,3 +131,68 @@ var ErrInvalidSpec = errors.New("windlass: invalid tool spec")
 // ErrUnknownStyle is wrapped by the error of [Spec.Schema] for a style it
 // does not know.
 var ErrUnknownStyle = errors.New("windlass: unknown schema style")
+
+// RetryableError marks a tool's error as worth another attempt: a flaky
+// upstream, a rate limit, a lock held elsewhere. Build one with [Retryable]
+// or [RetryAfter]. A fleet worker then runs the call again, with backoff, up
+// to the tool's retry limit; other errors are answered at once.
+type RetryableError struct {
+	// Err is the tool's error; its text is what the model sees if the
+	// retries run out.
+	Err error
+	// After is the delay the tool asks for before the next attempt (zero:
+	// the worker's backoff decides).
+	After time.Duration
+}
+
+// Error implements error with the wrapped error's text.
+func (e *RetryableError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the wrapped error.
+func (e *RetryableError) Unwrap() error { return e.Err }
+
+// Retryable marks err as retryable; a nil err stays nil.
+func Retryable(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &RetryableError{Err: err}
+}
+
+// RetryAfter marks err as retryable no sooner than after d; a nil err stays
+// nil.
+func RetryAfter(err error, d time.Duration) error {
+	if err == nil {
+		return nil
+	}
+	return &RetryableError{Err: err, After: d}
+}
+
+// IsRetryable reports whether err, or an error it wraps, is a
+// [RetryableError] or a [CallError] marked retryable, and the delay asked for.
+func IsRetryable(err error) (after time.Duration, ok bool) {
+	var re *RetryableError
+	if errors.As(err, &re) {
+		return re.After, true
+	}
+	var ce *CallError
+	if errors.As(err, &ce) && ce.Retryable {
+		return 0, true
+	}
+	return 0, false
+}
+
+// ErrCallCanceled is the cause of a running tool's context when the call
+// was canceled through the fleet (see the dispatcher's Cancel); the cause
+// may carry the canceler's reason, see [CancelCause].
+var ErrCallCanceled = errors.New("windlass: the call was canceled")
+
+// CancelCause is the error a canceled call's context ends with: it wraps
+// [ErrCallCanceled] and carries reason (which may be empty).
+// [ResultFromError] turns it into a canceled result that quotes the reason.
+func CancelCause(reason string) error {
+	if reason == "" {
+		return ErrCallCanceled
+	}
+	return fmt.Errorf("%w: %s", ErrCallCanceled, reason)
+}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"reflect"
 	"runtime/debug"
+	"strings"
 	"time"
 )
 
@@ -111,10 +112,25 @@ func ResultFromError(call ToolCall, err error) ToolResult {
 	case errors.As(err, &pe):
 		slog.Error("windlass: tool panicked", "tool", tool, "call_id", call.ID, "panic", fmt.Sprint(pe.Value), "stack", string(pe.Stack))
 		return ErrorResult(call, CodePanic, fmt.Sprintf("Tool %q panicked: %v", tool, pe.Value))
+	case errors.Is(err, ErrCallCanceled):
+		return ErrorResult(call, CodeCanceled, canceledText(tool, err))
 	case errors.As(err, &ae):
 		return ErrorResult(call, CodeInvalidArguments, fmt.Sprintf("ArgumentError: %s: %s (rule %q)", ae.Path, ae.Message, ae.Rule))
 	case errors.As(err, &ce):
-		return ErrorResult(call, ce.Code, ce.Message)
+		r := ErrorResult(call, ce.Code, ce.Message)
+		r.Error.Retryable, r.Error.RetryAfterMS = ce.Retryable, ce.RetryAfterMS
+		if after, ok := IsRetryable(err); ok {
+			r.Error.Retryable = true
+			r.Error.RetryAfterMS = max(r.Error.RetryAfterMS, after.Milliseconds())
+		}
+		return r
+	}
+	var re *RetryableError
+	if errors.As(err, &re) {
+		r := ErrorResult(call, CodeToolError, errorText(re.Err))
+		r.Error.Retryable = true
+		r.Error.RetryAfterMS = re.After.Milliseconds()
+		return r
 	}
 	return ErrorResult(call, CodeToolError, errorText(err))
 }
@@ -143,6 +159,12 @@ func timeoutText(tool string, budget time.Duration, byDeadline bool) string {
 }
 
 func canceledText(tool string, cause error) string {
+	if errors.Is(cause, ErrCallCanceled) {
+		if reason, ok := strings.CutPrefix(cause.Error(), ErrCallCanceled.Error()+": "); ok {
+			return fmt.Sprintf("Tool %q was canceled by its caller: %s", tool, reason)
+		}
+		return fmt.Sprintf("Tool %q was canceled by its caller.", tool)
+	}
 	if cause == nil || errors.Is(cause, context.Canceled) && cause.Error() == context.Canceled.Error() {
 		return fmt.Sprintf("Tool %q was canceled.", tool)
 	}

@@ -55,6 +55,7 @@ type prepared struct {
 	call    windlass.ToolCall
 	subject string
 	msg     *nats.Msg
+	ownID   bool // the caller chose the id: a resubmit must be recognised
 }
 
 // prepare checks a call against the view and encodes it. A refusal is a
@@ -66,6 +67,9 @@ func (d *Dispatcher) prepare(ctx context.Context, name string, args any, opts []
 	var o callOptions
 	for _, opt := range opts {
 		opt(&o)
+	}
+	if err := windlass.ValidateName(name); err != nil {
+		return nil, &windlass.CallError{Code: windlass.CodeInvalidCall, Message: fmt.Sprintf("Tool name: %v", err)}
 	}
 	call := windlass.ToolCall{ID: o.id, Name: name, Metadata: o.metadata}
 	if call.ID == "" {
@@ -113,7 +117,7 @@ func (d *Dispatcher) prepare(ctx context.Context, name string, args any, opts []
 		return nil, &windlass.CallError{Code: windlass.CodePayloadTooLarge, Message: fmt.Sprintf(
 			"The call to %q is %d bytes encoded, over the NATS server's max payload of %d bytes; send large inputs by reference.", name, len(data)+headerSize(msg.Header), max)}
 	}
-	return &prepared{call: call, subject: subject, msg: msg}, nil
+	return &prepared{call: call, subject: subject, msg: msg, ownID: o.id != ""}, nil
 }
 
 var protocolVersion = fmt.Sprint(windlass.ProtocolVersion)
@@ -162,11 +166,22 @@ func (d *Dispatcher) schema(spec windlass.Spec, hash string) (*windlass.Argument
 
 // publish sends a prepared call durably; the stream deduplicates by call
 // id. duplicate reports that a call with this id was already accepted (a
-// retried submit), whose result goes wherever the first submit asked.
+// retried submit), whose result goes wherever the first submit asked. A
+// call id the caller chose is also looked up in the events stream first,
+// which remembers accepted calls as long as results, well beyond the
+// stream's duplicate window. An accepted call gets its queued event.
 func (d *Dispatcher) publish(ctx context.Context, p *prepared) (duplicate bool, err error) {
+	if p.ownID {
+		if _, ok := d.lastEvent(ctx, p.call.ID, windlass.EventQueued); ok {
+			return true, nil
+		}
+	}
 	ack, err := d.js.PublishMsg(ctx, p.msg)
 	if err != nil {
 		return false, &windlass.CallError{Code: windlass.CodeUnavailable, Message: fmt.Sprintf("The fleet could not accept the call: %v", err)}
+	}
+	if !ack.Duplicate {
+		d.publishQueued(p.call)
 	}
 	return ack.Duplicate, nil
 }
@@ -266,24 +281,80 @@ func (d *Dispatcher) Submit(ctx context.Context, name string, args any, opts ...
 }
 
 // Result returns a call's result from the results stream, from whichever
-// instance submitted it, or [ErrNoResult] when there is none yet. The server
-// hands a result to live subscribers (Call, Wait) a moment before the
-// stream has stored it, so Result right after Wait returned may still say
-// ErrNoResult for a millisecond.
+// instance submitted it, or [ErrNoResult] when there is none yet. When a
+// call was answered twice (a re-execution finished after the stream's
+// duplicate window), the first answer is the result. The server hands a
+// result to live subscribers (Call, Wait) a moment before the stream has
+// stored it, so Result right after Wait returned may still say ErrNoResult
+// for a millisecond.
 func (d *Dispatcher) Result(ctx context.Context, callID string) (windlass.ToolResult, error) {
 	if err := windlass.ValidateCallID(callID); err != nil {
 		return windlass.ToolResult{}, fmt.Errorf("dispatcher: result: %w", err)
 	}
-	m, err := d.results.GetLastMsgForSubject(ctx, layout.ResultByCall(callID))
+	m, err := d.results.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(layout.ResultByCall(callID)))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		// A direct get may be answered by a replica still catching up
+		// (after a leader change); only the leader's "none" is final.
+		var data []byte
+		data, err = d.leaderGet(ctx, layout.ResultsStream, layout.ResultByCall(callID))
+		if err == nil {
+			return decodeResult(callID, data)
+		}
+	}
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return windlass.ToolResult{}, fmt.Errorf("%w: %q", ErrNoResult, callID)
 	}
 	if err != nil {
 		return windlass.ToolResult{}, fmt.Errorf("dispatcher: fetch result of %q: %w", callID, err)
 	}
+	return decodeResult(callID, m.Data)
+}
+
+// leaderGet reads the first message on subject from stream through the
+// stream leader's message API, never a replica's direct get.
+func (d *Dispatcher) leaderGet(ctx context.Context, stream, subject string) ([]byte, error) {
+	req, err := json.Marshal(struct {
+		Seq     uint64 `json:"seq"`
+		NextFor string `json:"next_by_subj"`
+	}{1, subject})
+	if err != nil {
+		return nil, err
+	}
+	m, err := d.cfg.Conn.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, req)
+	if err != nil {
+		return nil, err
+	}
+	var resp struct {
+		Message *struct {
+			Data []byte `json:"data"`
+		} `json:"message"`
+		Error *struct {
+			Code    int    `json:"code"`
+			ErrCode int    `json:"err_code"`
+			Message string `json:"description"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(m.Data, &resp); err != nil {
+		return nil, fmt.Errorf("stream %s: message get reply: %w", stream, err)
+	}
+	switch {
+	case resp.Error != nil && resp.Error.Code == 404:
+		return nil, jetstream.ErrMsgNotFound
+	case resp.Error != nil:
+		return nil, fmt.Errorf("stream %s: message get: %s (%d)", stream, resp.Error.Message, resp.Error.ErrCode)
+	case resp.Message == nil:
+		return nil, fmt.Errorf("stream %s: message get: empty reply", stream)
+	}
+	return resp.Message.Data, nil
+}
+
+func decodeResult(callID string, data []byte) (windlass.ToolResult, error) {
 	var r windlass.ToolResult
-	if err := json.Unmarshal(m.Data, &r); err != nil {
+	if err := json.Unmarshal(data, &r); err != nil {
 		return windlass.ToolResult{}, fmt.Errorf("dispatcher: decode result of %q: %w", callID, err)
+	}
+	if r.IsError && r.Error == nil { // a foreign worker may leave the error object out
+		r.Error = &windlass.CallError{Code: windlass.CodeToolError, Message: r.Content}
 	}
 	return r, nil
 }
@@ -310,19 +381,35 @@ func (d *Dispatcher) Wait(ctx context.Context, callID string) (windlass.ToolResu
 		return windlass.ToolResult{}, fmt.Errorf("dispatcher: wait for %q: %w", callID, err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
+	// A call submitted on this instance is answered on its results
+	// subscription too (where permissions may deny the per-call one).
+	own := make(chan windlass.ToolResult, 1)
+	if _, loaded := d.pending.LoadOrStore(callID, own); loaded {
+		own = nil // a Call here waits for it; the stream and the subscription serve this wait
+	} else {
+		defer d.pending.CompareAndDelete(callID, own)
+	}
 	poll := time.NewTimer(0)
 	defer poll.Stop()
 	for interval := 50 * time.Millisecond; ; interval = min(2*interval, 2*time.Second) {
 		select {
-		case m := <-live:
-			var r windlass.ToolResult
-			if err := json.Unmarshal(m.Data, &r); err != nil {
-				return windlass.ToolResult{}, fmt.Errorf("dispatcher: decode result of %q: %w", callID, err)
-			}
+		case r := <-own:
 			return r, nil
+		case m := <-live:
+			// Prefer a stored earlier answer, should this be a second one.
+			if r, err := d.Result(ctx, callID); err == nil {
+				return r, nil
+			}
+			return decodeResult(callID, m.Data)
 		case <-poll.C:
-			if r, err := d.Result(ctx, callID); err == nil || !errors.Is(err, ErrNoResult) {
-				return r, err
+			r, err := d.Result(ctx, callID)
+			switch {
+			case err == nil:
+				return r, nil
+			case !errors.Is(err, ErrNoResult) && ctx.Err() == nil:
+				// A transient failure (a stream leader election, a
+				// reconnect): keep waiting until ctx says stop.
+				d.cfg.Logger.Debug("dispatcher: wait: fetching the result failed; retrying", "call_id", callID, "error", err)
 			}
 			poll.Reset(interval)
 		case <-ctx.Done():

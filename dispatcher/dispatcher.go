@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -67,6 +66,9 @@ type Dispatcher struct {
 	cfg     Config
 	js      jetstream.JetStream
 	results jetstream.Stream
+	events  jetstream.Stream
+	cancels jetstream.Stream
+	dead    jetstream.Stream
 	view    *registry.View
 	sub     *nats.Subscription
 
@@ -76,6 +78,8 @@ type Dispatcher struct {
 	unclaimed atomic.Int64
 	closed    atomic.Bool
 	done      chan struct{} // closed by Close; waiting calls return ErrClosed
+
+	sweeperDone chan struct{}
 }
 
 // New connects a dispatcher: it ensures the calls, results and approvals
@@ -106,11 +110,14 @@ func New(ctx context.Context, cfg Config) (*Dispatcher, error) {
 	if err := layout.EnsureStreams(ctx, js, layout.AllStreams(opts)...); err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
-	results, err := js.Stream(ctx, layout.ResultsStream)
-	if err != nil {
-		return nil, fmt.Errorf("dispatcher: results stream: %w", err)
+	d := &Dispatcher{cfg: cfg, js: js, done: make(chan struct{}), sweeperDone: make(chan struct{})}
+	for name, s := range map[string]*jetstream.Stream{
+		layout.ResultsStream: &d.results, layout.EventsStream: &d.events, layout.CancelsStream: &d.cancels, layout.DeadStream: &d.dead,
+	} {
+		if *s, err = js.Stream(ctx, name); err != nil {
+			return nil, fmt.Errorf("dispatcher: stream %s: %w", name, err)
+		}
 	}
-	d := &Dispatcher{cfg: cfg, js: js, results: results, done: make(chan struct{})}
 	d.sub, err = cfg.Conn.Subscribe(layout.ResultInbox(cfg.ID), d.onResult)
 	if err != nil {
 		return nil, fmt.Errorf("dispatcher: subscribe to results: %w", err)
@@ -123,6 +130,7 @@ func New(ctx context.Context, cfg Config) (*Dispatcher, error) {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
 	d.view = view
+	go d.sweepAfterReconnects()
 	return d, nil
 }
 
@@ -136,6 +144,7 @@ func (d *Dispatcher) Close() error {
 		return nil
 	}
 	close(d.done)
+	<-d.sweeperDone
 	err := d.sub.Unsubscribe()
 	d.view.Close()
 	return err
@@ -152,18 +161,57 @@ func (d *Dispatcher) Unclaimed() int64 { return d.unclaimed.Load() }
 
 // onResult delivers a result to the caller waiting on this instance.
 func (d *Dispatcher) onResult(m *nats.Msg) {
-	var r windlass.ToolResult
-	if err := json.Unmarshal(m.Data, &r); err != nil {
+	r, err := decodeResult("", m.Data)
+	if err != nil {
 		d.cfg.Logger.Warn("dispatcher: undecodable result dropped", "subject", m.Subject, "error", err)
 		return
 	}
-	if r.IsError && r.Error == nil { // a foreign worker may leave the error object out
-		r.Error = &windlass.CallError{Code: windlass.CodeToolError, Message: r.Content}
-	}
+	d.deliver(r)
+}
+
+// deliver hands r to the caller waiting for it on this instance, if any.
+func (d *Dispatcher) deliver(r windlass.ToolResult) {
 	ch, ok := d.pending.LoadAndDelete(r.CallID)
 	if !ok {
 		d.unclaimed.Add(1)
 		return
 	}
 	ch.(chan windlass.ToolResult) <- r // buffered 1, and only the one LoadAndDelete winner sends
+}
+
+// sweepAfterReconnects looks up, after every reconnect to NATS, the result
+// of each call waiting on this instance: a result published while the
+// connection was down reached the results stream but not this instance's
+// subscription.
+func (d *Dispatcher) sweepAfterReconnects() {
+	defer close(d.sweeperDone)
+	t := time.NewTicker(250 * time.Millisecond)
+	defer t.Stop()
+	seen := d.cfg.Conn.Stats().Reconnects
+	for {
+		select {
+		case <-d.done:
+			return
+		case <-t.C:
+		}
+		if n := d.cfg.Conn.Stats().Reconnects; n != seen && d.cfg.Conn.IsConnected() {
+			seen = n
+			d.sweep()
+		}
+	}
+}
+
+// sweep fetches the stored result of every call waiting on this instance.
+func (d *Dispatcher) sweep() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	found := 0
+	d.pending.Range(func(k, _ any) bool {
+		if r, err := d.Result(ctx, k.(string)); err == nil {
+			d.deliver(r)
+			found++
+		}
+		return ctx.Err() == nil
+	})
+	d.cfg.Logger.Info("dispatcher: reconnected; looked up the results of waiting calls", "found", found)
 }

@@ -18,14 +18,21 @@ type State string
 
 // The states a status query can report.
 const (
+	// StateQueued: accepted, waiting for a worker.
+	StateQueued State = "queued"
+	// StateRunning: a worker is running an attempt.
+	StateRunning State = "running"
+	// StateRetrying: an attempt failed with a retryable error; the next
+	// one starts after a backoff.
+	StateRetrying State = "retrying"
 	// StateFinished: the call has a result (success or error).
 	StateFinished State = "finished"
 	// StateAwaitingApproval: a gated call held for a human decision.
 	StateAwaitingApproval State = "awaiting_approval"
 	// StateReleased: a gated call approved and handed to its tool.
 	StateReleased State = "released"
-	// StateUnknown: no result and no held call: queued, running, or never
-	// submitted. (Progress events come with the delivery work.)
+	// StateUnknown: the fleet has no record of the call: never accepted,
+	// or past the retention window.
 	StateUnknown State = "unknown"
 )
 
@@ -47,34 +54,86 @@ type Approval struct {
 type CallStatus struct {
 	// ID is the call id.
 	ID string
+	// Tool is the tool's name, once known.
+	Tool string
 	// State summarises where the call is.
 	State State
+	// Attempt is the latest attempt a worker started (0 before any).
+	Attempt int
+	// Worker runs (or ran) the latest attempt.
+	Worker string
+	// Progress is the running tool's latest report, if any.
+	Progress *windlass.Progress
+	// LastError is the latest retryable failure, while retrying.
+	LastError *windlass.CallError
+	// RetryAt is when the next attempt may start, while retrying.
+	RetryAt time.Time
+	// QueuedAt is when the fleet accepted the call.
+	QueuedAt time.Time
+	// StartedAt is when the latest attempt started.
+	StartedAt time.Time
+	// Deadline is the call's deadline.
+	Deadline time.Time
 	// Result is the call's result once it is finished.
 	Result *windlass.ToolResult
 	// Approval is set for a gated call the approval service holds.
 	Approval *Approval
 }
 
-// Status reports a call's latest known state, from any dispatcher instance:
-// its result when it has one, else what the approval service knows of it.
+// Status reports a call's latest known state, from any dispatcher
+// instance: its result when it has one; else its latest events (queued,
+// started, progress, retrying) and what the approval service knows of it.
 func (d *Dispatcher) Status(ctx context.Context, callID string) (CallStatus, error) {
 	st := CallStatus{ID: callID, State: StateUnknown}
 	r, err := d.Result(ctx, callID)
 	switch {
 	case err == nil:
-		st.State, st.Result = StateFinished, &r
+		st.State, st.Result, st.Tool, st.Attempt, st.Worker = StateFinished, &r, r.Name, r.Attempt, r.Worker
 		return st, nil
 	case !errors.Is(err, ErrNoResult):
 		return st, err
 	}
+	if q, ok := d.lastEvent(ctx, callID, windlass.EventQueued); ok {
+		st.State, st.Tool, st.QueuedAt, st.Deadline = StateQueued, q.Tool, q.Time, q.Deadline
+	}
+	started, hasStarted := d.lastEvent(ctx, callID, windlass.EventStarted)
+	if hasStarted {
+		st.State, st.Tool, st.Attempt, st.Worker, st.StartedAt = StateRunning, started.Tool, started.Attempt, started.Worker, started.Time
+		if p, ok := d.lastEvent(ctx, callID, windlass.EventProgress); ok && p.Attempt == started.Attempt {
+			st.Progress = p.Progress
+		}
+		if rt, ok := d.lastEvent(ctx, callID, windlass.EventRetrying); ok && rt.Attempt >= started.Attempt {
+			st.State, st.LastError, st.RetryAt = StateRetrying, rt.Error, rt.RetryAt
+		}
+		return st, nil
+	}
+	approval, err := d.askApproval(ctx, callID)
+	if err != nil {
+		return st, err
+	}
+	if approval != nil {
+		st.Approval = approval
+		switch {
+		case approval.Status == "pending":
+			st.State = StateAwaitingApproval
+		case approval.Status == "approved" && approval.Released:
+			st.State = StateReleased
+		}
+	}
+	return st, nil
+}
+
+// askApproval asks the approval service about a held call; nil when it
+// holds none (or no approval service runs).
+func (d *Dispatcher) askApproval(ctx context.Context, callID string) (*Approval, error) {
 	reqCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	m, err := d.cfg.Conn.RequestWithContext(reqCtx, layout.ApprovalStatusSubject, []byte(callID))
 	if errors.Is(err, nats.ErrNoResponders) {
-		return st, nil // no approval service: nothing is held
+		return nil, nil // no approval service: nothing is held
 	}
 	if err != nil {
-		return st, fmt.Errorf("dispatcher: status of %q: ask the approval service: %w", callID, err)
+		return nil, fmt.Errorf("dispatcher: status of %q: ask the approval service: %w", callID, err)
 	}
 	var reply struct {
 		Found bool     `json:"found"`
@@ -82,19 +141,13 @@ func (d *Dispatcher) Status(ctx context.Context, callID string) (CallStatus, err
 		Error string   `json:"error"`
 	}
 	if err := json.Unmarshal(m.Data, &reply); err != nil {
-		return st, fmt.Errorf("dispatcher: status of %q: %w", callID, err)
+		return nil, fmt.Errorf("dispatcher: status of %q: %w", callID, err)
 	}
 	if reply.Error != "" {
-		return st, fmt.Errorf("dispatcher: status of %q: approval service: %s", callID, reply.Error)
+		return nil, fmt.Errorf("dispatcher: status of %q: approval service: %s", callID, reply.Error)
 	}
-	if reply.Found {
-		st.Approval = &reply.Call
-		switch {
-		case reply.Call.Status == "pending":
-			st.State = StateAwaitingApproval
-		case reply.Call.Status == "approved" && reply.Call.Released:
-			st.State = StateReleased
-		}
+	if !reply.Found {
+		return nil, nil
 	}
-	return st, nil
+	return &reply.Call, nil
 }

@@ -29,7 +29,7 @@ const (
 
 // stats counts what the worker did; read by tests and the status view.
 type stats struct {
-	completed, failed, malformed, requeued atomic.Int64
+	completed, failed, malformed, requeued, retried, canceled, dead, alreadyAnswered, duplicateResults atomic.Int64
 }
 
 // Stats is a snapshot of a worker's counters.
@@ -40,13 +40,35 @@ type Stats struct {
 	Failed int64
 	// Malformed messages terminated.
 	Malformed int64
-	// Requeued calls handed back to the stream (shutdown).
+	// Requeued calls handed back to the stream (shutdown, release ledger
+	// unreachable).
 	Requeued int64
+	// Retried attempts that failed with a retryable error and were handed
+	// back for another attempt after a backoff.
+	Retried int64
+	// Canceled calls answered canceled (before or while running).
+	Canceled int64
+	// Dead calls recorded in the dead calls stream: deliveries or retries
+	// ran out.
+	Dead int64
+	// AlreadyAnswered redeliveries acked without running because the call
+	// already had its result (its earlier worker answered but was lost or
+	// paused before its ack landed).
+	AlreadyAnswered int64
+	// DuplicateResults published by this worker that the results stream
+	// dropped because the call already had one: a stale attempt, for
+	// instance from a worker paused past the ack wait, finished second.
+	DuplicateResults int64
 }
 
 // Stats returns the worker's counters.
 func (w *Worker) Stats() Stats {
-	return Stats{Completed: w.stats.completed.Load(), Failed: w.stats.failed.Load(), Malformed: w.stats.malformed.Load(), Requeued: w.stats.requeued.Load()}
+	s := &w.stats
+	return Stats{
+		Completed: s.completed.Load(), Failed: s.failed.Load(), Malformed: s.malformed.Load(), Requeued: s.requeued.Load(),
+		Retried: s.retried.Load(), Canceled: s.canceled.Load(), Dead: s.dead.Load(),
+		AlreadyAnswered: s.alreadyAnswered.Load(), DuplicateResults: s.duplicateResults.Load(),
+	}
 }
 
 // handle runs one delivered call and settles its message.
@@ -79,16 +101,33 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg, t *registered, l
 	call.Attempt = int(meta.NumDelivered)
 	log = log.With("call_id", call.ID, "tool", call.Name, "attempt", call.Attempt)
 
-	// In-progress acks from delivery until the message is settled, which
+	// One heartbeat from delivery until the message is settled, which
 	// includes publishing the result.
-	stopKeepAlive := keepAlive(msg, w.cfg.AckWait/3)
-	defer stopKeepAlive()
+	hb := w.startHeartbeat(msg, call)
+	defer hb.stop()
+
+	if call.Attempt > w.cfg.MaxDeliver {
+		// Every earlier delivery was lost with its worker: do not risk a
+		// worker on it again.
+		w.bury(ctx, msg, call, origin, log)
+		return
+	}
+	if call.Attempt > 1 && w.answered(ctx, call.ID) {
+		// Its earlier worker published the result but was lost (or paused
+		// past the ack wait) before its ack landed: the caller has its
+		// answer; running the call again would only repeat its effects.
+		log.Info("worker: redelivered call already answered; acking without running")
+		w.stats.alreadyAnswered.Add(1)
+		w.settle(ctx, msg, ack, nil, origin, log)
+		return
+	}
 
 	if r, refused, err := w.refuse(ctx, call, t, msg, meta); err != nil {
 		// Not the release's fault (Redis unreachable for the ledger): try
 		// again later rather than answer rejected.
 		log.Warn("worker: cannot check the release now; retrying the call later", "error", err)
 		w.stats.requeued.Add(1)
+		hb.stop()
 		_ = msg.NakWithDelay(time.Second)
 		return
 	} else if refused {
@@ -96,16 +135,140 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg, t *registered, l
 		return
 	}
 
-	result := windlass.Invoke(ctx, t.tool, call)
-
-	if errors.Is(context.Cause(ctx), errShutdown) && result.IsError {
-		log.Info("worker: call interrupted by shutdown; handing it back")
-		w.settle(ctx, msg, nak, nil, origin, log)
+	token := layout.CallToken(call.ID)
+	callCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	rec, canceled := w.cancels.start(token, cancel)
+	defer w.cancels.finish(token)
+	if canceled {
+		log.Info("worker: call was canceled before it started; answering canceled")
+		w.stats.canceled.Add(1)
+		r := windlass.ResultFromError(call, windlass.CancelCause(rec.Reason))
+		r.Worker = w.cfg.ID
+		w.settle(ctx, msg, ack, &r, origin, log)
 		return
 	}
+	hb.watch(cancel)
+	w.publishEvent(call, windlass.Event{Kind: windlass.EventStarted, Attempt: call.Attempt})
+
+	result := windlass.Invoke(windlass.ContextWithProgress(callCtx, hb.report), t.tool, call)
 	result.Worker = w.cfg.ID
 	result.Attempt = call.Attempt
+
+	switch {
+	case errors.Is(context.Cause(callCtx), errShutdown) && result.IsError:
+		log.Info("worker: call interrupted by shutdown; handing it back")
+		hb.stop()
+		w.settle(ctx, msg, nak, nil, origin, log)
+		return
+	case errors.Is(context.Cause(callCtx), windlass.ErrCallCanceled) && result.Code() == windlass.CodeCanceled:
+		w.stats.canceled.Add(1)
+	case result.Code() == windlass.CodeInvalidArguments:
+		// Never retried: the same arguments fail the same way.
+		w.settle(ctx, msg, term, &result, origin, log)
+		return
+	}
+	if delay, ok := w.retryDelay(call, t, result); ok {
+		log.Info("worker: retryable failure; the call will be retried", "in", delay, "error", result.Content)
+		w.stats.retried.Add(1)
+		w.publishEvent(call, windlass.Event{Kind: windlass.EventRetrying, Attempt: call.Attempt, Error: result.Error, RetryAt: time.Now().Add(delay)})
+		hb.stop()
+		if err := msg.NakWithDelay(delay); err != nil {
+			log.Warn("worker: handing the call back for a retry failed; it is redelivered after the ack wait", "error", err)
+		}
+		return
+	}
+	if result.Error != nil && result.Error.Retryable && t.cfg.retry.MaxAttempts > 1 {
+		// Its retries ran out: keep it for inspection and replay.
+		if !w.recordDead(ctx, call, call.Attempt, *result.Error, origin, log) {
+			return // left for redelivery, which records it again
+		}
+	}
 	w.settle(ctx, msg, ack, &result, origin, log)
+}
+
+// retryDelay reports whether a failed attempt is retried, and after how
+// long: the error must be retryable (or a tool timeout, when the policy
+// says so), attempts and deliveries must remain, and the next attempt must
+// be able to start before the call's deadline.
+func (w *Worker) retryDelay(call windlass.ToolCall, t *registered, r windlass.ToolResult) (time.Duration, bool) {
+	if r.Error == nil {
+		return 0, false
+	}
+	p := t.cfg.retry
+	retryable := r.Error.Retryable ||
+		p.RetryTimeouts && r.Error.Code == windlass.CodeTimeout && (call.Deadline.IsZero() || time.Now().Before(call.Deadline))
+	if !retryable || call.Attempt >= p.MaxAttempts || call.Attempt >= w.cfg.MaxDeliver {
+		return 0, false
+	}
+	delay := p.backoff(call.Attempt, time.Duration(r.Error.RetryAfterMS)*time.Millisecond)
+	if !call.Deadline.IsZero() && !time.Now().Add(delay).Before(call.Deadline) {
+		return 0, false
+	}
+	return delay, true
+}
+
+// answered reports whether the call already has a result in the results
+// stream. When it cannot tell, it says no: running again is safe (at least
+// once), skipping a call that has no answer is not.
+func (w *Worker) answered(ctx context.Context, callID string) bool {
+	getCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	_, err := w.resultsStream.GetMsg(getCtx, 1, jetstream.WithGetMsgSubject(layout.ResultByCall(callID)))
+	return err == nil
+}
+
+// bury answers a call whose deliveries ran out worker_lost, with the last
+// retryable error it had if any, records it as dead, and terminates it so it
+// does not stay in the work queue.
+func (w *Worker) bury(ctx context.Context, msg jetstream.Msg, call windlass.ToolCall, origin string, log *slog.Logger) {
+	lost := call.Attempt - 1
+	text := fmt.Sprintf("The call to %q was lost: it was delivered %d times and each worker that took it stopped answering (crashed, killed or cut off) before it finished. It was not run again; see the dead calls to replay it.", call.Name, lost)
+	if last, ok := w.lastRetryError(ctx, call.ID); ok {
+		text += " Its last error was: " + last.Message
+	}
+	r := windlass.ErrorResult(call, windlass.CodeWorkerLost, text)
+	r.Worker = w.cfg.ID
+	log.Warn("worker: call ran out of deliveries; answering worker_lost", "deliveries", lost)
+	if !w.recordDead(ctx, call, lost, *r.Error, origin, log) {
+		return
+	}
+	w.settle(ctx, msg, term, &r, origin, log)
+}
+
+// lastRetryError reads the error of the call's latest retrying event.
+func (w *Worker) lastRetryError(ctx context.Context, callID string) (windlass.CallError, bool) {
+	getCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	m, err := w.eventsStream.GetLastMsgForSubject(getCtx, layout.EventSubject(callID, string(windlass.EventRetrying)))
+	if err != nil {
+		return windlass.CallError{}, false
+	}
+	var e windlass.Event
+	if json.Unmarshal(m.Data, &e) != nil || e.Error == nil {
+		return windlass.CallError{}, false
+	}
+	return *e.Error, true
+}
+
+// recordDead stores a dead call durably (deduplicated by call id). It
+// reports false, having logged why, when it could not.
+func (w *Worker) recordDead(ctx context.Context, call windlass.ToolCall, deliveries int, cause windlass.CallError, origin string, log *slog.Logger) bool {
+	call.Attempt = 0 // the replay starts afresh
+	data, err := json.Marshal(windlass.DeadCall{Call: call, Error: cause, Deliveries: deliveries, Worker: w.cfg.ID, DiedAt: time.Now(), Origin: origin})
+	if err != nil {
+		log.Error("worker: encode dead call", "error", err)
+		return false
+	}
+	m := &nats.Msg{Subject: layout.DeadSubject(call.Name), Data: data, Header: nats.Header{
+		nats.MsgIdHdr: []string{layout.DeadMsgID(call.ID)}, layout.HeaderProtocol: []string{protocolVersion},
+	}}
+	if _, err := w.publishDurably(ctx, m); err != nil {
+		log.Error("worker: could not record the dead call; leaving it for redelivery", "error", err)
+		return false
+	}
+	w.stats.dead.Add(1)
+	return true
 }
 
 // refuse answers, without running the tool, a call that must not run.
@@ -156,27 +319,6 @@ func (w *Worker) checkRelease(ctx context.Context, call windlass.ToolCall, t *re
 	return nil
 }
 
-// keepAlive sends in-progress acks every interval until the returned stop
-// function is called, so a long call is not redelivered while it runs.
-func keepAlive(msg jetstream.Msg, interval time.Duration) (stop func()) {
-	done := make(chan struct{})
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				_ = msg.InProgress()
-			}
-		}
-	}()
-	return func() { close(done); <-finished }
-}
-
 // settle is the one place that maps an outcome onto JetStream: publish the
 // result durably (when there is one), then ack, term or nak the call.
 func (w *Worker) settle(ctx context.Context, msg jetstream.Msg, d decision, result *windlass.ToolResult, origin string, log *slog.Logger) {
@@ -208,7 +350,8 @@ func (w *Worker) settle(ctx context.Context, msg jetstream.Msg, d decision, resu
 }
 
 // publishResult publishes result to the results stream, retrying with
-// backoff for up to half the ack wait.
+// backoff for up to half the ack wait. A result the stream drops as a
+// duplicate (the call already had one) is counted, not an error.
 func (w *Worker) publishResult(ctx context.Context, result windlass.ToolResult, origin string) error {
 	data, err := json.Marshal(result)
 	if err != nil {
@@ -222,16 +365,30 @@ func (w *Worker) publishResult(ctx context.Context, result windlass.ToolResult, 
 		Data:    data,
 		Header:  nats.Header{nats.MsgIdHdr: []string{layout.ResultMsgID(result.CallID)}, layout.HeaderProtocol: []string{protocolVersion}},
 	}
+	ack, err := w.publishDurably(ctx, m)
+	if err == nil && ack.Duplicate {
+		w.stats.duplicateResults.Add(1)
+	}
+	return err
+}
+
+// publishDurably publishes m to its stream and waits for the stream's
+// acknowledgement, retrying with backoff for up to half the ack wait, also
+// while the worker shuts down.
+func (w *Worker) publishDurably(ctx context.Context, m *nats.Msg) (*jetstream.PubAck, error) {
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval = 50 * time.Millisecond
 	b.MaxElapsedTime = w.cfg.AckWait / 2
-	pubCtx := context.WithoutCancel(ctx) // a result is published even during shutdown
-	return backoff.Retry(func() error {
+	pubCtx := context.WithoutCancel(ctx)
+	var ack *jetstream.PubAck
+	err := backoff.Retry(func() error {
 		attemptCtx, cancel := context.WithTimeout(pubCtx, 5*time.Second)
 		defer cancel()
-		_, err := w.cfg.JetStream.PublishMsg(attemptCtx, m)
+		var err error
+		ack, err = w.cfg.JetStream.PublishMsg(attemptCtx, m)
 		return err
 	}, b)
+	return ack, err
 }
 
 var protocolVersion = fmt.Sprint(windlass.ProtocolVersion)

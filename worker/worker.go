@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -47,8 +48,15 @@ type Config struct {
 	// AckWait is how long JetStream waits for an ack (or an in-progress
 	// signal) before redelivering a call. Default 30s.
 	AckWait time.Duration
-	// MaxDeliver bounds the deliveries of one call. Default 5.
+	// MaxDeliver bounds the deliveries of one call, retries included. A
+	// call delivered more often (every worker that took it was lost) is
+	// answered worker_lost without running, recorded as dead and removed.
+	// Default 5.
 	MaxDeliver int
+	// Heartbeat is the period of a running call's heartbeat, which carries
+	// its progress to the caller; in-progress acks and the cancellation
+	// check go at least every AckWait/3. Default AckWait/3, at most 2s.
+	Heartbeat time.Duration
 	// ShutdownGrace is how long running calls may finish after Run's
 	// context ends. Default 25s (under a typical 30s termination grace).
 	ShutdownGrace time.Duration
@@ -76,6 +84,7 @@ func (c Config) withDefaults() Config {
 	c.MaxConcurrency = cmp.Or(c.MaxConcurrency, DefaultMaxConcurrency)
 	c.AckWait = cmp.Or(c.AckWait, DefaultAckWait)
 	c.MaxDeliver = cmp.Or(c.MaxDeliver, DefaultMaxDeliver)
+	c.Heartbeat = cmp.Or(c.Heartbeat, min(c.AckWait/3, 2*time.Second))
 	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, DefaultShutdownGrace)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -93,6 +102,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("worker: Config.AckWait must be at least 300ms (in-progress acks go every AckWait/3), got %s", c.AckWait)
 	case c.MaxDeliver < 0:
 		return fmt.Errorf("worker: Config.MaxDeliver must not be negative, got %d", c.MaxDeliver)
+	case c.Heartbeat < 0 || c.Heartbeat > 0 && (c.Heartbeat < 10*time.Millisecond || c.Heartbeat > cmp.Or(c.AckWait, DefaultAckWait)/3):
+		return fmt.Errorf("worker: Config.Heartbeat must be from 10ms to AckWait/3, got %s", c.Heartbeat)
 	case c.ShutdownGrace < 0:
 		return fmt.Errorf("worker: Config.ShutdownGrace must not be negative, got %s", c.ShutdownGrace)
 	}
@@ -117,6 +128,7 @@ type ToolOption func(*toolConfig)
 type toolConfig struct {
 	concurrency  int
 	maxQueueWait time.Duration
+	retry        RetryPolicy
 }
 
 // WithConcurrency bounds the calls of this tool running at once in this
@@ -148,6 +160,9 @@ type Worker struct {
 
 	slots chan struct{} // process-wide concurrency
 	stats stats
+
+	cancels                                    *cancellations
+	resultsStream, eventsStream, cancelsStream jetstream.Stream
 }
 
 // New returns a worker configured by cfg.
@@ -156,7 +171,7 @@ func New(cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	return &Worker{cfg: cfg, tools: map[string]*registered{}, slots: make(chan struct{}, cfg.MaxConcurrency)}, nil
+	return &Worker{cfg: cfg, tools: map[string]*registered{}, slots: make(chan struct{}, cfg.MaxConcurrency), cancels: newCancellations()}, nil
 }
 
 // ID returns the worker's id.
@@ -176,6 +191,13 @@ func (w *Worker) Register(tool windlass.Tool, opts ...ToolOption) error {
 	}
 	if cfg.concurrency <= 0 || cfg.maxQueueWait < 0 {
 		return fmt.Errorf("worker: register %q: concurrency must be positive and max queue wait not negative", spec.Name)
+	}
+	if cfg.retry.MaxAttempts == 0 {
+		cfg.retry.MaxAttempts = min(DefaultMaxAttempts, w.cfg.MaxDeliver)
+	}
+	cfg.retry = cfg.retry.withDefaults()
+	if err := cfg.retry.validate(w.cfg.MaxDeliver); err != nil {
+		return fmt.Errorf("worker: register %q: %w", spec.Name, err)
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -215,6 +237,21 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := layout.EnsureStreams(ctx, js, layout.AllStreams(opts)...); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
+	var err error
+	if w.resultsStream, err = js.Stream(ctx, layout.ResultsStream); err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	if w.eventsStream, err = js.Stream(ctx, layout.EventsStream); err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	if w.cancelsStream, err = js.Stream(ctx, layout.CancelsStream); err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	stopFollowing, err := w.cancels.follow(ctx, js, log)
+	if err != nil {
+		return err
+	}
+	defer stopFollowing()
 	consumers := make([]jetstream.Consumer, len(tools))
 	for i, t := range tools {
 		c, err := w.ensureConsumer(ctx, t)
@@ -230,7 +267,6 @@ func (w *Worker) Run(ctx context.Context) error {
 		for i, t := range tools {
 			specs[i] = t.spec
 		}
-		var err error
 		lease, err = w.cfg.Registry.Advertise(ctx, registry.Advertisement{WorkerID: w.cfg.ID, Specs: specs, Replace: w.cfg.Replace})
 		if err != nil {
 			return fmt.Errorf("worker: advertise: %w", err)
@@ -276,7 +312,10 @@ func (w *Worker) ensureConsumer(ctx context.Context, t *registered) (jetstream.C
 		FilterSubject: layout.CallSubject(t.spec.Name),
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       w.cfg.AckWait,
-		MaxDeliver:    w.cfg.MaxDeliver,
+		// Unbounded for the server: the worker counts deliveries itself and
+		// answers the one past Config.MaxDeliver (see bury), so a call whose
+		// workers were all lost is answered and removed, not left behind.
+		MaxDeliver:    -1,
 		MaxAckPending: 20000,
 	})
 	if err != nil {
@@ -376,4 +415,17 @@ func tryAcquire(sem chan struct{}) bool {
 	default:
 		return false
 	}
+}
+
+// readCancellation reads a call's cancellation from the cancels stream.
+func (w *Worker) readCancellation(ctx context.Context, callID string) (windlass.Cancellation, bool) {
+	m, err := w.cancelsStream.GetLastMsgForSubject(ctx, layout.CancelSubject(callID))
+	if err != nil {
+		return windlass.Cancellation{}, false
+	}
+	var rec windlass.Cancellation
+	if json.Unmarshal(m.Data, &rec) != nil || rec.CallID != callID {
+		return windlass.Cancellation{}, false
+	}
+	return rec, true
 }

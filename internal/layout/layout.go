@@ -90,23 +90,14 @@ func CallToken(callID string) string {
 	return hex.EncodeToString(sum[:16])
 }
 
-// EventKind names one kind of call event; it is the last token of the
-// event's subject, so the latest event of each kind is one direct get.
-type EventKind string
-
-// The kinds of call events.
-const (
-	EventQueued   EventKind = "queued"   // the dispatcher's call was accepted by the stream
-	EventStarted  EventKind = "started"  // a worker began an attempt
-	EventProgress EventKind = "progress" // a running tool reported progress
-	EventRetrying EventKind = "retrying" // an attempt failed with a retryable error
-)
-
 // EventSubject is the subject of one kind of event of a call:
-// windlass.event.<call token>.<kind>. Events are plain (core) publishes
-// that the events stream captures; publishers never wait for them.
-func EventSubject(callID string, kind EventKind) string {
-	return eventPrefix + CallToken(callID) + "." + string(kind)
+// windlass.event.<call token>.<kind>, kind being a windlass.EventKind
+// (queued, started, progress, retrying). Events are plain (core) publishes
+// that the events stream captures; publishers never wait for them. One
+// subject per kind makes the latest event of each kind one direct get,
+// whatever order events of different publishers were stored in.
+func EventSubject(callID, kind string) string {
+	return eventPrefix + CallToken(callID) + "." + kind
 }
 
 // EventsOfCall matches every event of one call.

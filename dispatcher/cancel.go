@@ -1,0 +1,85 @@
+package dispatcher
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/windlass-dev/windlass"
+	"github.com/windlass-dev/windlass/internal/layout"
+)
+
+// ErrUnknownCall is returned by [Dispatcher.Cancel] for a call id the
+// fleet has no record of (never accepted, or past the retention window).
+var ErrUnknownCall = errors.New("dispatcher: no such call")
+
+// FinishedError is returned by [Dispatcher.Cancel] for a call that already
+// has its result, which it carries.
+type FinishedError struct {
+	// Result is the call's result.
+	Result windlass.ToolResult
+}
+
+// Error implements error.
+func (e *FinishedError) Error() string {
+	return fmt.Sprintf("dispatcher: call %q already finished (%s)", e.Result.CallID, cmp.Or(string(e.Result.Code()), "success"))
+}
+
+// Cancel cancels a call by id, from any dispatcher instance. The
+// cancellation is stored durably first, so a worker that pulls the queued
+// call later answers it canceled without running it, and a worker running it
+// cancels its context (cause [windlass.ErrCallCanceled]). Then the caller is
+// answered canceled at once, reason quoted; the tool's own answer, should it
+// finish anyway, is dropped as the call's second result.
+//
+// A call that already has its result returns a *[FinishedError]; an id the
+// fleet never accepted returns [ErrUnknownCall].
+func (d *Dispatcher) Cancel(ctx context.Context, callID, reason string) error {
+	if err := windlass.ValidateCallID(callID); err != nil {
+		return fmt.Errorf("dispatcher: cancel: %w", err)
+	}
+	if d.closed.Load() {
+		return ErrClosed
+	}
+	if r, err := d.Result(ctx, callID); err == nil {
+		return &FinishedError{Result: r}
+	}
+	queued, ok := d.lastEvent(ctx, callID, windlass.EventQueued)
+	if !ok {
+		return fmt.Errorf("%w: %q", ErrUnknownCall, callID)
+	}
+	data, err := json.Marshal(windlass.Cancellation{CallID: callID, Reason: reason, At: time.Now()})
+	if err != nil {
+		return fmt.Errorf("dispatcher: cancel %q: %w", callID, err)
+	}
+	if _, err := d.js.PublishMsg(ctx, &nats.Msg{Subject: layout.CancelSubject(callID), Data: data, Header: nats.Header{
+		nats.MsgIdHdr: []string{layout.CancelMsgID(callID)}, layout.HeaderProtocol: []string{protocolVersion},
+	}}); err != nil {
+		return fmt.Errorf("dispatcher: cancel %q: record the cancellation: %w", callID, err)
+	}
+	// Answer the caller now. The results stream keeps one answer per call
+	// id: if the tool's result was published in the meantime, this one is
+	// dropped as a duplicate, and the first answer stands.
+	r := windlass.ResultFromError(windlass.ToolCall{ID: callID, Name: queued.Tool}, windlass.CancelCause(reason))
+	res, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("dispatcher: cancel %q: %w", callID, err)
+	}
+	origin := queued.Origin
+	if windlass.ValidateName(origin) != nil {
+		origin = "anonymous"
+	}
+	if _, err := d.js.PublishMsg(ctx, &nats.Msg{Subject: layout.ResultSubject(origin, callID), Data: res, Header: nats.Header{
+		nats.MsgIdHdr: []string{layout.ResultMsgID(callID)}, layout.HeaderProtocol: []string{protocolVersion},
+	}}); err != nil {
+		// The cancellation is recorded: the worker that holds or pulls
+		// the call answers it canceled.
+		return fmt.Errorf("dispatcher: cancel %q: canceled, but answering its caller failed (its worker will): %w", callID, err)
+	}
+	return nil
+}

@@ -1,0 +1,85 @@
+package windlass
+
+import "time"
+
+// EventKind names what happened to a call.
+type EventKind string
+
+// The kinds of [Event]. Queued, started, progress and retrying travel on the
+// wire (PROTOCOL.md, "Events"); finished is the call's result as a watcher
+// sees it.
+const (
+	// EventQueued: the fleet accepted the call (published by the dispatcher).
+	EventQueued EventKind = "queued"
+	// EventStarted: a worker began an attempt.
+	EventStarted EventKind = "started"
+	// EventProgress: the running tool reported progress.
+	EventProgress EventKind = "progress"
+	// EventRetrying: an attempt failed with a retryable error; another
+	// follows at RetryAt.
+	EventRetrying EventKind = "retrying"
+	// EventFinished: the call has its result.
+	EventFinished EventKind = "finished"
+)
+
+// Event is one step in a call's life, as watchers and status queries see it.
+type Event struct {
+	// CallID is the call's id.
+	CallID string `json:"call_id"`
+	// Kind says what happened.
+	Kind EventKind `json:"kind"`
+	// Tool is the tool's name.
+	Tool string `json:"tool"`
+	// Time is when it happened, by the publisher's clock.
+	Time time.Time `json:"time"`
+	// Attempt is the delivery attempt it concerns (started, progress,
+	// retrying, finished).
+	Attempt int `json:"attempt,omitempty"`
+	// Worker is the worker running the attempt.
+	Worker string `json:"worker,omitempty"`
+	// Progress is the tool's latest report (progress).
+	Progress *Progress `json:"progress,omitempty"`
+	// Error is why the attempt failed (retrying).
+	Error *CallError `json:"error,omitempty"`
+	// RetryAt is when the next attempt may start (retrying).
+	RetryAt time.Time `json:"retry_at,omitzero"`
+	// Deadline is the call's deadline (queued).
+	Deadline time.Time `json:"deadline,omitzero"`
+	// Origin is the dispatcher instance that receives the result (queued).
+	Origin string `json:"origin,omitempty"`
+	// Result is the call's result (finished; never on the wire).
+	Result *ToolResult `json:"-"`
+}
+
+// DeadCall is a call the fleet gave up on: its deliveries ran out (every
+// worker that took it was lost), or its retries did. It is kept, with the
+// last error, to be inspected and replayed (PROTOCOL.md, "Dead calls").
+type DeadCall struct {
+	// Call is the call as it was published.
+	Call ToolCall `json:"call"`
+	// Error is the answer its caller got: worker_lost, or the last
+	// retryable error.
+	Error CallError `json:"error"`
+	// Deliveries is how many times it was delivered to a worker.
+	Deliveries int `json:"deliveries"`
+	// Worker is the worker that declared it dead.
+	Worker string `json:"worker,omitempty"`
+	// DiedAt is when it was declared dead.
+	DiedAt time.Time `json:"died_at"`
+	// Origin is the dispatcher instance its result went to.
+	Origin string `json:"origin,omitempty"`
+	// Seq is the record's sequence in the dead calls stream, its handle for
+	// replay (set when read, never on the wire).
+	Seq uint64 `json:"-"`
+}
+
+// Cancellation is the record of a canceled call (PROTOCOL.md,
+// "Cancellation").
+type Cancellation struct {
+	// CallID is the canceled call.
+	CallID string `json:"call_id"`
+	// Reason is the canceler's reason, shown in the result.
+	Reason string `json:"reason,omitempty"`
+	// At is when the cancellation was made.
+	At time.Time `json:"at"`
+}

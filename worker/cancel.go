@@ -1,0 +1,135 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/windlass-dev/windlass"
+	"github.com/windlass-dev/windlass/internal/layout"
+)
+
+// cancellations is what the worker knows of canceled calls: it follows the
+// cancels stream from its start, so a call canceled while queued is
+// answered canceled when it is pulled later, and a running call's context
+// is canceled the moment its cancellation arrives.
+type cancellations struct {
+	mu       sync.Mutex
+	canceled map[string]windlass.Cancellation // by call token
+	running  map[string]context.CancelCauseFunc
+}
+
+func newCancellations() *cancellations {
+	return &cancellations{canceled: map[string]windlass.Cancellation{}, running: map[string]context.CancelCauseFunc{}}
+}
+
+// start registers a running call and reports whether it is already
+// canceled. Registering first, then checking, leaves no gap in which a
+// cancellation could arrive unseen.
+func (c *cancellations) start(token string, cancel context.CancelCauseFunc) (windlass.Cancellation, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.running[token] = cancel
+	rec, ok := c.canceled[token]
+	return rec, ok
+}
+
+// finish forgets a running call.
+func (c *cancellations) finish(token string) {
+	c.mu.Lock()
+	delete(c.running, token)
+	c.mu.Unlock()
+}
+
+// add records a cancellation and cancels the call if it runs here.
+func (c *cancellations) add(token string, rec windlass.Cancellation) {
+	c.mu.Lock()
+	c.canceled[token] = rec
+	cancel := c.running[token]
+	c.mu.Unlock()
+	if cancel != nil {
+		cancel(windlass.CancelCause(rec.Reason))
+	}
+}
+
+// prune forgets cancellations older than the stream keeps them.
+func (c *cancellations) prune(before time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for token, rec := range c.canceled {
+		if rec.At.Before(before) {
+			delete(c.canceled, token)
+		}
+	}
+}
+
+// follow consumes the cancels stream with an ordered consumer (which
+// survives reconnects and server restarts on its own) until ctx ends. It
+// returns once the records that existed at its start are loaded, or after
+// a bound, so the worker pulls no call before it knows what was canceled.
+func (c *cancellations) follow(ctx context.Context, js jetstream.JetStream, log *slog.Logger) (stop func(), err error) {
+	stream, err := js.Stream(ctx, layout.CancelsStream)
+	if err != nil {
+		return nil, fmt.Errorf("worker: cancels stream: %w", err)
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("worker: cancels stream: %w", err)
+	}
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{layout.CancelSubjects}})
+	if err != nil {
+		return nil, fmt.Errorf("worker: follow cancellations: %w", err)
+	}
+	caughtUp := make(chan struct{})
+	var once sync.Once
+	lastAtStart := info.State.LastSeq
+	if lastAtStart == 0 || info.State.Msgs == 0 {
+		once.Do(func() { close(caughtUp) })
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		var rec windlass.Cancellation
+		if err := json.Unmarshal(m.Data(), &rec); err != nil || rec.CallID == "" {
+			log.Warn("worker: unreadable cancellation ignored", "subject", m.Subject(), "error", err)
+		} else {
+			token := strings.TrimPrefix(m.Subject(), strings.TrimSuffix(layout.CancelSubjects, "*"))
+			c.add(token, rec)
+		}
+		if meta, err := m.Metadata(); err == nil && meta.Sequence.Stream >= lastAtStart {
+			once.Do(func() { close(caughtUp) })
+		}
+	}, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		log.Debug("worker: following cancellations", "error", err)
+	}))
+	if err != nil {
+		return nil, fmt.Errorf("worker: follow cancellations: %w", err)
+	}
+	select {
+	case <-caughtUp:
+	case <-time.After(10 * time.Second):
+		log.Warn("worker: cancellations not loaded after 10s; starting anyway")
+	case <-ctx.Done():
+	}
+	keep := layout.CancelsConfig(layout.StreamOptions{}).MaxAge
+	pruned := make(chan struct{})
+	prunerCtx, stopPruner := context.WithCancel(ctx)
+	go func() {
+		defer close(pruned)
+		t := time.NewTicker(time.Minute)
+		defer t.Stop()
+		for {
+			select {
+			case <-prunerCtx.Done():
+				return
+			case <-t.C:
+				c.prune(time.Now().Add(-keep))
+			}
+		}
+	}()
+	return func() { cc.Stop(); <-cc.Closed(); stopPruner(); <-pruned }, nil
+}

@@ -1,0 +1,27 @@
+package worker
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/windlass-dev/windlass"
+	"github.com/windlass-dev/windlass/internal/layout"
+)
+
+// publishEvent sends one of a call's events as a plain publish, which the
+// events stream captures. It never waits: an event is advice for watchers
+// and status queries, and a lost one is replaced by the next.
+func (w *Worker) publishEvent(call windlass.ToolCall, e windlass.Event) {
+	e.CallID, e.Tool, e.Worker = call.ID, call.Name, w.cfg.ID
+	if e.Time.IsZero() {
+		e.Time = time.Now()
+	}
+	data, err := json.Marshal(e)
+	if err != nil {
+		return
+	}
+	m := &nats.Msg{Subject: layout.EventSubject(call.ID, string(e.Kind)), Data: data, Header: nats.Header{layout.HeaderProtocol: []string{protocolVersion}}}
+	_ = w.cfg.JetStream.Conn().PublishMsg(m)
+}
