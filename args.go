@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/santhosh-tekuri/jsonschema/v6/kind"
@@ -59,10 +62,14 @@ func (a *ArgumentsSchema) Validate(args json.RawMessage) error {
 	}
 	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(args))
 	if err != nil {
-		return &ArgumentError{Tool: a.tool, Path: "$", Rule: "json", Message: "arguments are not valid JSON: " + err.Error()}
+		return a.refuse("$", "json", "arguments are not valid JSON: "+err.Error())
 	}
 	if _, ok := v.(map[string]any); !ok {
-		return &ArgumentError{Tool: a.tool, Path: "$", Rule: "type", Message: fmt.Sprintf("arguments must be a JSON object, got %s", jsonKind(v))}
+		return a.refuse("$", "type", fmt.Sprintf("arguments must be a JSON object, got %s", jsonKind(v)))
+	}
+	if loc, n, ok := outOfRangeNumber(v, nil); ok {
+		return a.refuse(jsonPath(loc), "number", fmt.Sprintf(
+			"number %s is out of range: a number may have at most %d characters and an exponent from -%d to %d", abbreviate(string(n), 40), MaxNumberLength, MaxNumberExponent, MaxNumberExponent))
 	}
 	err = a.schema.Validate(v)
 	if err == nil {
@@ -70,7 +77,7 @@ func (a *ArgumentsSchema) Validate(args json.RawMessage) error {
 	}
 	ve, ok := err.(*jsonschema.ValidationError)
 	if !ok {
-		return &ArgumentError{Tool: a.tool, Path: "$", Rule: "schema", Message: err.Error()}
+		return a.refuse("$", "schema", err.Error())
 	}
 	leaf := deepest(ve)
 	path := jsonPath(leaf.InstanceLocation)
@@ -86,7 +93,108 @@ func (a *ArgumentsSchema) Validate(args json.RawMessage) error {
 			msg = fmt.Sprintf("required properties are missing: %s", strings.Join(req.Missing, ", "))
 		}
 	}
-	return &ArgumentError{Tool: a.tool, Path: path, Rule: rule, Message: msg}
+	return a.refuse(path, rule, msg)
+}
+
+// Bounds on what an [ArgumentError] quotes of the arguments, so that a huge
+// key or value makes a short error (and a result that fits in a message).
+const (
+	maxPathTokenLength = 64   // bytes of one key in a path
+	maxPathLength      = 1024 // bytes of a path, elided in the middle beyond
+	maxMessageLength   = 1024 // bytes of a message, cut beyond
+)
+
+// refuse builds the *ArgumentError of a violation, with the path and the
+// message bounded.
+func (a *ArgumentsSchema) refuse(path, rule, msg string) *ArgumentError {
+	if len(path) > maxPathLength {
+		path = headRunes(path, maxPathLength/2) + "…" + tailRunes(path, maxPathLength/2)
+	}
+	return &ArgumentError{Tool: a.tool, Path: path, Rule: rule, Message: abbreviate(msg, maxMessageLength)}
+}
+
+// MaxNumberLength and MaxNumberExponent bound the numbers in arguments:
+// [ArgumentsSchema.Validate] refuses a number written with more than
+// MaxNumberLength characters or with an exponent ("e…") beyond
+// ±MaxNumberExponent (rule "number"). Far wider than a 64-bit float's range
+// and precision, the bounds keep a schema's numeric keywords (minimum,
+// multipleOf, uniqueItems, ...) from doing arbitrary-precision arithmetic
+// on hostile numbers such as 1e1000000000, which the schema library cannot
+// represent.
+const (
+	MaxNumberLength   = 100
+	MaxNumberExponent = 400
+)
+
+// outOfRangeNumber finds a number in a decoded JSON value (json.Number,
+// since it was decoded with UseNumber) outside the bounds of
+// [MaxNumberLength] and [MaxNumberExponent], and its location. Object keys
+// are visited in sorted order, so the same arguments always name the same
+// number. The decoder bounds the nesting, hence the recursion.
+func outOfRangeNumber(v any, loc []string) ([]string, json.Number, bool) {
+	switch v := v.(type) {
+	case json.Number:
+		if !numberInRange(string(v)) {
+			return loc, v, true
+		}
+	case []any:
+		for i, e := range v {
+			if l, n, ok := outOfRangeNumber(e, append(loc, strconv.Itoa(i))); ok {
+				return l, n, true
+			}
+		}
+	case map[string]any:
+		for _, k := range slices.Sorted(maps.Keys(v)) {
+			if l, n, ok := outOfRangeNumber(v[k], append(loc, k)); ok {
+				return l, n, true
+			}
+		}
+	}
+	return nil, "", false
+}
+
+// numberInRange reports whether a JSON number literal is within
+// [MaxNumberLength] characters and its exponent within ±[MaxNumberExponent].
+func numberInRange(lit string) bool {
+	if len(lit) > MaxNumberLength {
+		return false
+	}
+	i := strings.IndexAny(lit, "eE")
+	if i < 0 {
+		return true
+	}
+	exp, err := strconv.Atoi(strings.TrimPrefix(lit[i+1:], "+"))
+	return err == nil && exp >= -MaxNumberExponent && exp <= MaxNumberExponent
+}
+
+// abbreviate shortens s to at most n bytes and an ellipsis.
+func abbreviate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return headRunes(s, n) + "…"
+}
+
+// headRunes is the longest prefix of s of at most n bytes that does not
+// split a UTF-8 sequence.
+func headRunes(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+// tailRunes is the longest suffix of s of at most n bytes that does not
+// split a UTF-8 sequence.
+func tailRunes(s string, n int) string {
+	i := max(len(s)-n, 0)
+	for i < len(s) && !utf8.RuneStart(s[i]) {
+		i++
+	}
+	return s[i:]
 }
 
 // deepest follows the first cause down to the most specific violation.
@@ -97,11 +205,13 @@ func deepest(e *jsonschema.ValidationError) *jsonschema.ValidationError {
 	return e
 }
 
-// jsonPath renders an instance location as "$.a.b[0]".
+// jsonPath renders an instance location as "$.a.b[0]", keys longer than
+// maxPathTokenLength abbreviated.
 func jsonPath(loc []string) string {
 	var b strings.Builder
 	b.WriteString("$")
 	for _, tok := range loc {
+		tok = abbreviate(tok, maxPathTokenLength)
 		if _, err := strconv.Atoi(tok); err == nil {
 			b.WriteString("[" + tok + "]")
 		} else {

@@ -1,0 +1,77 @@
+package windlass_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/windlass-dev/windlass"
+)
+
+// TestHostileArguments validates arguments built to hurt: numbers the
+// schema library cannot represent (they used to panic it), deep nesting,
+// huge keys and values, wrong types. Each is refused with the path and the
+// rule, quoting little of the input.
+func TestHostileArguments(t *testing.T) {
+	t.Parallel()
+	schema := orderSchema(t)
+	const valid = `"customer":{"email":"a@b.c","name":"x"},"items":[{"sku":"ABC-1234","qty":1}]`
+	huge := strings.Repeat("K", 1<<20)
+	tests := []struct {
+		name     string
+		args     string
+		wantPath string // "" means valid
+		// wantPathEnd, when set, makes wantPath the start of a path elided
+		// in the middle that ends with wantPathEnd.
+		wantPathEnd string
+		wantRule    string
+		wantText    string
+	}{
+		{name: "valid", args: `{` + valid + `}`},
+		{name: "huge exponent", args: `{` + valid + `,"scores":[1e1000000000]}`, wantPath: "$.scores[0]", wantRule: "number", wantText: "1e1000000000 is out of range"},
+		{name: "tiny exponent", args: `{` + valid + `,"scores":[1,1e-1000000000]}`, wantPath: "$.scores[1]", wantRule: "number", wantText: "exponent"},
+		{name: "zero with an exponent beyond int64", args: `{` + valid + `,"scores":[0e99999999999999999999]}`, wantPath: "$.scores[0]", wantRule: "number"},
+		{name: "long number", args: `{` + valid + `,"scores":[` + strings.Repeat("9", 101) + `]}`, wantPath: "$.scores[0]", wantRule: "number", wantText: "at most 100 characters"},
+		{name: "many unique big numbers", args: `{` + valid + `,"scores":[` + strings.TrimSuffix(strings.Repeat("1e999999,", 30), ",") + `]}`, wantPath: "$.scores[0]", wantRule: "number"},
+		{name: "largest exponent", args: `{` + valid + `,"scores":[1e-400, 1E+400]}`, wantPath: "$.scores[1]", wantRule: "maximum"},
+		{name: "10k levels", args: `{` + valid + `,"filter":{"op":"eq","value":` + nested(10_000) + `}}`, wantPath: "$", wantRule: "json", wantText: "not valid JSON"},
+		{name: "100k levels", args: nested(100_000), wantPath: "$", wantRule: "json", wantText: "not valid JSON"},
+		{name: "deep recursive filter", args: `{` + valid + `,"filter":` + strings.Repeat(`{"op":"and","all":[`, 2000) + `{"op":"xor"}` + strings.Repeat("]}", 2000) + `}`, wantPath: "$.filter.all[0].all[0]", wantPathEnd: ".all[0].op", wantRule: "enum"},
+		{name: "huge unknown key", args: `{` + valid + `,"` + huge + `":1}`, wantPath: "$", wantRule: "additionalProperties", wantText: "KKK…"},
+		{name: "huge key of a map", args: `{` + valid + `,"options":{"` + huge + `":"yes"}}`, wantPath: "$.options." + strings.Repeat("K", 64) + "…", wantRule: "type"},
+		{name: "huge value against a pattern", args: `{"customer":{"email":"a@b.c","name":"x","country":"` + huge + `"},"items":[{"sku":"ABC-1234","qty":1}]}`, wantPath: "$.customer.country", wantRule: "pattern", wantText: "…"},
+		{name: "huge string over maxLength", args: `{` + valid + `,"notes":"` + huge + `"}`, wantPath: "$.notes", wantRule: "maxLength", wantText: "2,000"},
+		{name: "wrong type in a nested array", args: `{"customer":{"email":"a@b.c","name":"x"},"items":[{"sku":"ABC-1234","qty":"1"}]}`, wantPath: "$.items[0].qty", wantRule: "type", wantText: "want integer"},
+		{name: "fraction for an integer", args: `{"customer":{"email":"a@b.c","name":"x"},"items":[{"sku":"ABC-1234","qty":1.5}]}`, wantPath: "$.items[0].qty", wantRule: "type"},
+		{name: "object for an array", args: `{"customer":{"email":"a@b.c","name":"x"},"items":{"0":{}}}`, wantPath: "$.items", wantRule: "type", wantText: "want array"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			err := schema.Validate([]byte(tt.args))
+			if tt.wantPath == "" {
+				if err != nil {
+					t.Fatalf("Validate = %v, want nil", err)
+				}
+				return
+			}
+			var ae *windlass.ArgumentError
+			if !errors.As(err, &ae) {
+				t.Fatalf("Validate = %v, want *ArgumentError", err)
+			}
+			pathOK := ae.Path == tt.wantPath
+			if tt.wantPathEnd != "" {
+				pathOK = strings.HasPrefix(ae.Path, tt.wantPath) && strings.HasSuffix(ae.Path, tt.wantPathEnd) && strings.Contains(ae.Path, "…")
+			}
+			if !pathOK || ae.Rule != tt.wantRule || !strings.Contains(ae.Message, tt.wantText) {
+				t.Errorf("Validate = path %.100q rule %q message %.200q; want path %.100q rule %q message containing %q", ae.Path, ae.Rule, ae.Message, tt.wantPath, tt.wantRule, tt.wantText)
+			}
+			if len(ae.Error()) > 3*maxQuoted {
+				t.Errorf("the error quotes %d bytes of the arguments", len(ae.Error()))
+			}
+		})
+	}
+}
+
+// nested returns n levels of JSON arrays, [[[…]]].
+func nested(n int) string { return strings.Repeat("[", n) + strings.Repeat("]", n) }
