@@ -233,3 +233,82 @@ func TestConfigAndAdvertisementErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestViewKeepsRoutingAfterRedisLosesItsData restarts a Redis that keeps
+// nothing on disk while a worker is live: the view keeps offering the tool
+// (it never offers a tool Redis lost as dead) until the worker's next
+// heartbeat re-advertises it, and drops it one TTL later when no worker
+// comes back.
+func TestViewKeepsRoutingAfterRedisLosesItsData(t *testing.T) {
+	t.Parallel()
+	rs := testserver.StartRedis(t) // not persistent: a restart loses every key
+	// A long heartbeat leaves a wide window between the restart and the
+	// lease's re-advertisement.
+	reg, err := registry.New(registry.Config{Client: rs.Client(t), TTL: 3 * time.Second, HeartbeatInterval: 2 * time.Second, ResyncInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	view, err := reg.Watch(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(view.Close)
+	stays := advertise(t, reg, registry.Advertisement{WorkerID: "stays", Specs: []windlass.Spec{spec("echo", "")}})
+	gone, err := reg.Advertise(t.Context(), registry.Advertisement{WorkerID: "gone", Specs: []windlass.Spec{spec("add", "")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := func(name string) bool {
+		info, asOf, ok := view.Tool(name)
+		return ok && info.HasLiveWorker(asOf)
+	}
+	eventually(t, 2*time.Second, "both tools seen", func() bool { return live("echo") && live("add") })
+
+	restarted := time.Now()
+	rs.Restart(t)
+	// "gone" never heartbeats again: its process is lost with Redis's data.
+	_ = gone.Withdraw(context.Background())
+	back := time.Now()
+	eventually(t, 2*time.Second, "the view resynced against the empty Redis", func() bool {
+		return view.Staleness() < time.Since(back)-10*time.Millisecond
+	})
+	empty, err := reg.List(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(empty) > 1 {
+		t.Fatalf("Redis lists %d tools right after an empty restart; the test needs the window before the heartbeat", len(empty))
+	}
+	if !live("echo") || !live("add") {
+		t.Fatal("the view dropped tools Redis lost while their workers were live: calls would be refused unknown_tool")
+	}
+	if names := toolNames(view); len(names) != 2 || names[0] != "add" || names[1] != "echo" {
+		t.Errorf("view lists %v, want [add echo] sorted", names)
+	}
+	eventually(t, 4*time.Second, "the live worker re-advertised", func() bool {
+		info, err := reg.Lookup(t.Context(), "echo")
+		return err == nil && info.HasLiveWorker(time.Now())
+	})
+	if _, err := stays.Status(); err != nil {
+		t.Errorf("lease status after re-advertising: %v", err)
+	}
+	took := eventually(t, 6*time.Second, "the tool nobody re-advertised dropped", func() bool {
+		_, _, ok := view.Tool("add")
+		return !ok
+	})
+	if held := time.Since(restarted); held < 2*time.Second {
+		t.Errorf("the lost tool was dropped %s after the restart (polled %s); want about one TTL (3s)", held, took)
+	}
+	if !live("echo") {
+		t.Error("the re-advertised tool is not live")
+	}
+}
+
+func toolNames(v *registry.View) []string {
+	tools, _ := v.Tools()
+	names := make([]string, len(tools))
+	for i, t := range tools {
+		names[i] = t.Spec.Name
+	}
+	return names
+}

@@ -22,6 +22,9 @@ type View struct {
 	lastSync time.Time
 	lastErr  error
 	changed  chan struct{}
+	// carried are tools the view still offers though Redis no longer
+	// lists them, each until the time it is dropped (see sync).
+	carried map[string]time.Time
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -38,7 +41,7 @@ func (r *Registry) Watch(ctx context.Context) (*View, error) {
 		_ = sub.Close()
 		return nil, fmt.Errorf("registry: subscribe to %s: %w", r.channel(), err)
 	}
-	v := &View{reg: r, tools: map[string]ToolInfo{}, changed: make(chan struct{}), cancel: cancel, done: make(chan struct{})}
+	v := &View{reg: r, tools: map[string]ToolInfo{}, carried: map[string]time.Time{}, changed: make(chan struct{}), cancel: cancel, done: make(chan struct{})}
 	if err := v.sync(ctx); err != nil {
 		cancel()
 		_ = sub.Close()
@@ -95,14 +98,61 @@ func (v *View) sync(ctx context.Context) error {
 	for _, t := range infos {
 		tools[t.Spec.Name] = t
 		names = append(names, t.Spec.Name)
+		delete(v.carried, t.Spec.Name)
 	}
-	differs := !sameView(v.tools, tools, v.asOfLocked(), time.Now())
+	now := time.Now()
+	if carried := v.carryLocked(tools, now); len(carried) > 0 {
+		names = append(names, carried...)
+		slices.Sort(names)
+	}
+	differs := !sameView(v.tools, tools, v.asOfLocked(), now)
 	v.tools, v.names, v.lastSync, v.lastErr = tools, names, time.Now(), nil
 	if differs {
 		close(v.changed)
 		v.changed = make(chan struct{})
 	}
 	return nil
+}
+
+// carryLocked adds to tools, and returns the names of, the tools of the
+// current view that Redis no longer lists. The registry never deletes a
+// tool, so Redis lost it: restarted without persistence, or flushed. Its
+// workers re-advertise at their next heartbeat; until then the view keeps
+// routing to them: a worker live in the last view stays live for one TTL
+// from when the loss was first seen, then the tool is dropped unless it was
+// advertised again. Liveness is advice for routing only: a call routed to a
+// worker that is really gone waits in its queue, bounded by its deadline.
+func (v *View) carryLocked(tools map[string]ToolInfo, now time.Time) []string {
+	prevAsOf := v.asOfLocked()
+	var names []string
+	for name, old := range v.tools {
+		if _, listed := tools[name]; listed {
+			continue
+		}
+		until, seen := v.carried[name]
+		if !seen {
+			if !old.HasLiveWorker(prevAsOf) {
+				continue // nobody served it: nothing to keep routing to
+			}
+			until = now.Add(v.reg.cfg.TTL)
+			v.carried[name] = until
+			workers := make([]WorkerLease, 0, len(old.Workers))
+			for _, w := range old.Workers {
+				if w.Expires.After(prevAsOf) {
+					workers = append(workers, WorkerLease{ID: w.ID, Expires: until})
+				}
+			}
+			old.Workers = workers
+			v.reg.cfg.Logger.Warn("registry: a tool vanished from Redis (restarted or flushed?); routing by the last view until its workers re-advertise", "tool", name, "until", until)
+		}
+		if !now.Before(until) {
+			delete(v.carried, name)
+			continue
+		}
+		tools[name] = old
+		names = append(names, name)
+	}
+	return names
 }
 
 // sameView reports whether two views offer the same tools, specs and live
