@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/approval"
 	"github.com/windlass-dev/windlass/approval/release"
+	"github.com/windlass-dev/windlass/approval/webhook"
 	"github.com/windlass-dev/windlass/dispatcher"
 	"github.com/windlass-dev/windlass/internal/testserver"
 	"github.com/windlass-dev/windlass/registry"
@@ -491,5 +493,211 @@ func TestSubmitThenStatusReadsAwaitingApproval(t *testing.T) {
 	}
 	if st, err := f.d.Status(t.Context(), "never-seen"); err != nil || st.State != dispatcher.StateUnknown {
 		t.Errorf("Status(unknown) = %+v, %v", st, err)
+	}
+}
+
+// cancelCall cancels a call through the dispatcher, retrying while the
+// dispatcher does not know it yet (its queued event is a plain publish the
+// events stream stores a moment later).
+func (f *fleet) cancelCall(id, reason string) {
+	f.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := f.d.Cancel(f.t.Context(), id, reason)
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, dispatcher.ErrUnknownCall) || time.Now().After(deadline) {
+			f.t.Fatalf("Cancel(%s): %v", id, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// callsStreamLastSeq is the calls stream's last sequence: a release would
+// move it.
+func (f *fleet) callsStreamLastSeq() uint64 {
+	f.t.Helper()
+	js, err := jetstream.New(f.nats.Connect(f.t))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	s, err := js.Stream(f.t.Context(), "WINDLASS_CALLS")
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	info, err := s.Info(f.t.Context())
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return info.State.LastSeq
+}
+
+func TestCancelHeldCall(t *testing.T) {
+	t.Parallel()
+	var (
+		mu       sync.Mutex
+		webhooks []map[string]any // approval.canceled payloads
+	)
+	secret := webhook.NewSecret()
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if err := webhook.Verify([]webhook.Secret{secret}, r.Header, body, 0); err != nil {
+			t.Errorf("webhook signature: %v", err)
+		}
+		var p struct {
+			Type string         `json:"type"`
+			Data map[string]any `json:"data"`
+		}
+		_ = json.Unmarshal(body, &p)
+		if p.Type == "approval.canceled" {
+			mu.Lock()
+			webhooks = append(webhooks, p.Data)
+			mu.Unlock()
+		}
+	}))
+	defer receiver.Close()
+	sender, err := webhook.New(webhook.Config{Endpoints: []webhook.Endpoint{{URL: receiver.URL, Secrets: []webhook.Secret{secret}}}, AllowPrivate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sender.CloseIdleConnections()
+
+	f := newFleet(t, nil)
+	f.stopSvc()
+	f.cfg.Notify = approval.WebhookNotifier(sender)
+	f.startService()
+
+	id := f.submit(payArgs{To: "mallory", Amount: 7})
+	h := f.held(id)
+	seqBefore := f.callsStreamLastSeq()
+	f.cancelCall(id, "the user changed their mind")
+
+	// The caller is answered canceled.
+	if r := f.wait(id); r.Code() != windlass.CodeCanceled || !strings.Contains(r.Content, "changed their mind") {
+		t.Errorf("result = %+v, want canceled with the reason", r)
+	}
+	// The approval API shows it canceled (the service follows the cancels
+	// stream asynchronously).
+	var body map[string]any
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		var code int
+		code, body = f.do("GET", "/v1/approvals/"+id, "alice", nil)
+		if code == http.StatusOK && body["status"] == "canceled" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GET the canceled call = %d %v, want status canceled", code, body)
+		}
+	}
+	if body["reason"] != "the user changed their mind" || body["released"] != false || body["decided_at"] == nil {
+		t.Errorf("canceled call = %v", body)
+	}
+	// It left the pending set and is listed as canceled.
+	if code, list := f.do("GET", "/v1/approvals?status=pending", "alice", nil); code != http.StatusOK || len(list["items"].([]any)) != 0 {
+		t.Errorf("pending list = %d %v, want empty", code, list)
+	}
+	if code, list := f.do("GET", "/v1/approvals?status=canceled", "alice", nil); code != http.StatusOK || len(list["items"].([]any)) != 1 {
+		t.Errorf("canceled list = %d %v, want the call", code, list)
+	}
+	// Decisions on it are refused with 409, and nothing is released.
+	if code, body := f.do("POST", "/v1/approvals/"+id+"/approve", "alice", map[string]any{"args_hash": h.ArgsHash}); code != http.StatusConflict || body["call"].(map[string]any)["status"] != "canceled" {
+		t.Errorf("approve after cancel = %d %v, want 409 with status canceled", code, body)
+	}
+	if code, body := f.do("POST", "/v1/approvals/"+id+"/reject", "bob", map[string]any{"reason": "x"}); code != http.StatusConflict {
+		t.Errorf("reject after cancel = %d %v, want 409", code, body)
+	}
+	if seq := f.callsStreamLastSeq(); seq != seqBefore {
+		t.Errorf("the calls stream moved from %d to %d: the canceled call was released", seqBefore, seq)
+	}
+	if n := f.runs.Load(); n != 0 {
+		t.Errorf("the tool ran %d times", n)
+	}
+	// The audit log records the cancellation, once, and no release.
+	audit, _ := f.svc.Audit(t.Context(), 100)
+	var kinds []string
+	for _, ev := range audit {
+		kinds = append(kinds, ev.Event+":"+ev.Actor)
+		if ev.Event == "canceled" && ev.Fields["reason"] != "the user changed their mind" {
+			t.Errorf("canceled audit event = %+v, want the reason", ev)
+		}
+	}
+	if got := strings.Join(kinds, " "); got != "requested: canceled:system" {
+		t.Errorf("audit = %q, want requested then canceled", got)
+	}
+	// The dashboard's webhook gets approval.canceled with the call.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		mu.Lock()
+		n := len(webhooks)
+		mu.Unlock()
+		if n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no approval.canceled webhook")
+		}
+	}
+	mu.Lock()
+	if d := webhooks[0]; d["call_id"] != id || d["call"].(map[string]any)["status"] != "canceled" {
+		t.Errorf("approval.canceled data = %v", d)
+	}
+	mu.Unlock()
+	// Status from any dispatcher: finished, canceled.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		st, err := f.d.Status(t.Context(), id)
+		if err == nil && st.State == dispatcher.StateFinished && st.Result.Code() == windlass.CodeCanceled {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Status = %+v, %v; want finished, canceled", st, err)
+		}
+	}
+}
+
+// TestCancelWinsOnTheDecisionPath cancels a held call while no service
+// follows the cancels stream: a decision still finds the cancellation and
+// is refused, and the service started afterwards keeps the call canceled.
+func TestCancelWinsOnTheDecisionPath(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, nil)
+	id := f.submit(payArgs{To: "bob", Amount: 3})
+	h := f.held(id)
+	f.stopSvc()
+	f.cancelCall(id, "")
+
+	idle, err := approval.New(f.cfg) // never Run: no follower
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = idle.Approve(t.Context(), id, "alice", h.ArgsHash, nil)
+	var decided *approval.DecidedError
+	if !errors.As(err, &decided) || decided.Call.Status != approval.StatusCanceled || decided.Call.Released {
+		t.Fatalf("Approve of a canceled call = %v, want a DecidedError with status canceled", err)
+	}
+	if got, err := idle.Get(t.Context(), id); err != nil || got.Status != approval.StatusCanceled {
+		t.Errorf("Get = %+v, %v; want canceled", got, err)
+	}
+	if pending, _, err := idle.List(t.Context(), approval.Filter{}); err != nil || len(pending) != 0 {
+		t.Errorf("pending = %v, %v; want none", pending, err)
+	}
+	f.startService()
+	if code, body := f.do("POST", "/v1/approvals/"+id+"/approve", "bob", map[string]any{"args_hash": h.ArgsHash}); code != http.StatusConflict {
+		t.Errorf("approve after restart = %d %v, want 409", code, body)
+	}
+	if r := f.wait(id); r.Code() != windlass.CodeCanceled || f.runs.Load() != 0 {
+		t.Errorf("result = %+v (runs %d), want canceled and never run", r, f.runs.Load())
+	}
+	audit, _ := f.svc.Audit(t.Context(), 100)
+	canceled := 0
+	for _, ev := range audit {
+		if ev.Event == "canceled" {
+			canceled++
+		}
+		if ev.Event == "released" || ev.Event == "approved" {
+			t.Errorf("audit has %q for a canceled call", ev.Event)
+		}
+	}
+	if canceled != 1 {
+		t.Errorf("audit has %d canceled events, want 1", canceled)
 	}
 }

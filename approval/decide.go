@@ -38,8 +38,11 @@ type DecidedError struct {
 // Error implements error.
 func (e *DecidedError) Error() string {
 	who := strings.Join(e.Call.Approvers, ", ")
-	if e.Call.Status == StatusRejected {
+	switch e.Call.Status {
+	case StatusRejected:
 		who = e.Call.RejectedBy
+	case StatusCanceled:
+		return fmt.Sprintf("approval: call %q was already canceled by its caller", e.Call.ID)
 	}
 	return fmt.Sprintf("approval: call %q was already %s (by %s)", e.Call.ID, e.Call.Status, who)
 }
@@ -79,7 +82,7 @@ func (s *Service) List(ctx context.Context, f Filter) ([]*HeldCall, int, error) 
 		f.Status = StatusPending
 	}
 	if !f.Status.valid() {
-		return nil, 0, fmt.Errorf("approval: status %q: use pending, approved, rejected or expired", f.Status)
+		return nil, 0, fmt.Errorf("approval: status %q: use pending, approved, rejected, expired or canceled", f.Status)
 	}
 	if f.Limit <= 0 || f.Limit > 500 {
 		f.Limit = 50
@@ -166,6 +169,9 @@ func (s *Service) validateEdit(ctx context.Context, tool string, edited json.Raw
 }
 
 func (s *Service) decide(ctx context.Context, id string, d decision) (*HeldCall, error) {
+	// A cancellation recorded before this decision wins, even when the
+	// follower of the cancels stream has not applied it yet.
+	s.cancelIfRecorded(ctx, id)
 	verdict, err := s.store.decide(ctx, id, d, time.Now())
 	if err != nil {
 		return nil, err

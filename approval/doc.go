@@ -18,6 +18,16 @@
 // and the reason) or expired result. Workers run a gated call only with a
 // valid release.
 //
+// A caller may cancel a held call (dispatcher Cancel records the
+// cancellation in the cancels stream). The service follows that stream and
+// marks a pending call canceled: it leaves the pending set, the audit log
+// records it, its caller is answered canceled, and it is never released;
+// a decision on it gets a *[DecidedError] (409) like any decided call. A
+// decision first looks the call up in the cancels stream itself, so a
+// cancellation the follower has not applied yet still wins. A call
+// canceled after its approval is left approved: the worker that pulls it
+// answers it canceled without running it.
+//
 // # Rules
 //
 //   - A decision happens once: the transition from pending is one Lua
@@ -49,7 +59,8 @@
 //	<p>pending            ZSET  pending ids by expiry (unix ms)
 //	<p>status:<status>    ZSET  ids by request time, one set per status
 //	<p>audit              STREAM append-only: requested, approval, edited, approved,
-//	                            rejected, expired, released (actor, reason, before/after)
+//	                            rejected, expired, canceled, released (actor, reason,
+//	                            before/after)
 //	<p>webhooks           STREAM every webhook delivery attempt
 //
 // # Notifications
@@ -57,7 +68,7 @@
 // Config.Notify receives every audit event in order, at least once, through a
 // consumer group on the audit stream: an event is acknowledged only after
 // Notify returns nil, so events survive a restart. [WebhookNotifier] posts
-// approval.requested, approval.approved, approval.rejected and
-// approval.expired per the Standard Webhooks specification (package
+// approval.requested, approval.approved, approval.rejected,
+// approval.expired and approval.canceled per the Standard Webhooks specification (package
 // approval/webhook), with a webhook-id derived from the audit entry.
 package approval

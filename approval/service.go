@@ -78,10 +78,11 @@ type Config struct {
 
 // Service holds gated calls until reviewers decide. Safe for concurrent use.
 type Service struct {
-	cfg   Config
-	store *store
-	js    jetstream.JetStream
-	auth  *authenticator
+	cfg     Config
+	store   *store
+	js      jetstream.JetStream
+	auth    *authenticator
+	cancels cancels
 }
 
 // New returns a service configured by cfg.
@@ -133,8 +134,10 @@ func (s *Service) policy(tool string) ToolPolicy {
 // stream, shared by its replicas.
 const ConsumerName = "approval-service"
 
-// Run consumes gated calls, expires lapsed ones, finishes releases a crash
-// interrupted and feeds Notify, until ctx ends.
+// Run consumes gated calls, follows the cancels stream (a held call its
+// caller canceled becomes canceled and is never released), expires lapsed
+// ones, finishes releases a crash interrupted and feeds Notify, until ctx
+// ends.
 func (s *Service) Run(ctx context.Context) error {
 	if err := layout.EnsureStreams(ctx, s.js, layout.AllStreams(layout.StreamOptions{Replicas: s.cfg.Replicas})...); err != nil {
 		return fmt.Errorf("approval: %w", err)
@@ -156,6 +159,12 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("approval: status subject: %w", err)
 	}
 	defer func() { _ = statusSub.Unsubscribe() }()
+	stopCancels, err := s.followCancels(ctx)
+	if err != nil {
+		it.Stop()
+		return err
+	}
+	defer stopCancels()
 	if err := s.resumeReleases(ctx); err != nil {
 		s.cfg.Logger.Warn("approval: resuming interrupted releases failed; will retry", "error", err)
 	}

@@ -23,11 +23,15 @@ const (
 	StatusApproved Status = "approved"
 	StatusRejected Status = "rejected"
 	StatusExpired  Status = "expired"
+	// StatusCanceled: the caller canceled the call (dispatcher Cancel)
+	// while it was pending; it is never released, and decisions on it are
+	// refused like on any decided call.
+	StatusCanceled Status = "canceled"
 )
 
 func (s Status) valid() bool {
 	switch s {
-	case StatusPending, StatusApproved, StatusRejected, StatusExpired:
+	case StatusPending, StatusApproved, StatusRejected, StatusExpired, StatusCanceled:
 		return true
 	}
 	return false
@@ -65,7 +69,7 @@ type HeldCall struct {
 	Approvers []string `json:"approvers,omitempty"`
 	// RejectedBy is the reviewer who rejected the call.
 	RejectedBy string `json:"rejected_by,omitempty"`
-	// Reason is the rejection's reason.
+	// Reason is the rejection's (or the cancellation's) reason.
 	Reason string `json:"reason,omitempty"`
 	// DecidedAt is when the call left pending.
 	DecidedAt time.Time `json:"decided_at,omitzero"`
@@ -170,6 +174,23 @@ redis.call('XADD', KEYS[5], '*', 'event', 'expired', 'call_id', ARGV[1], 'actor'
 return 1
 `)
 
+// cancelScript cancels a pending call, once; a call in any other state is
+// left as it is. It returns the state it found ("missing" for none), or
+// "canceled" when it made the change.
+// KEYS: call, pending, status:pending, status:canceled, audit.
+// ARGV: id, now_ms, reason.
+var cancelScript = redis.NewScript(`
+local st = redis.call('HGET', KEYS[1], 'status')
+if not st then return 'missing' end
+if st ~= 'pending' then return st end
+redis.call('HSET', KEYS[1], 'status', 'canceled', 'reason', ARGV[3], 'decided_ms', ARGV[2])
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('ZREM', KEYS[3], ARGV[1])
+redis.call('ZADD', KEYS[4], redis.call('HGET', KEYS[1], 'requested_ms'), ARGV[1])
+redis.call('XADD', KEYS[5], '*', 'event', 'canceled', 'call_id', ARGV[1], 'actor', 'system', 'reason', ARGV[3])
+return 'canceled'
+`)
+
 // releasedScript marks an approved call released, once.
 // KEYS: call, audit. ARGV: id.
 var releasedScript = redis.NewScript(`
@@ -250,6 +271,19 @@ func (s *store) expireDue(ctx context.Context, now time.Time) ([]string, error) 
 		}
 	}
 	return expired, nil
+}
+
+// cancel marks a pending call canceled. It reports whether it did: false
+// for a call not held, or no longer pending (decided, expired, canceled
+// before).
+func (s *store) cancel(ctx context.Context, id, reason string, now time.Time) (bool, error) {
+	res, err := cancelScript.Run(ctx, s.rc,
+		[]string{s.callKey(id), s.pendingKey(), s.statusKey(StatusPending), s.statusKey(StatusCanceled), s.auditKey()},
+		id, now.UnixMilli(), reason).Text()
+	if err != nil {
+		return false, fmt.Errorf("approval: cancel %q: %w", id, err)
+	}
+	return res == string(StatusCanceled), nil
 }
 
 func (s *store) markReleased(ctx context.Context, id string) error {
@@ -338,7 +372,8 @@ func (s *store) list(ctx context.Context, st Status, offset, limit int64) ([]*He
 type AuditEvent struct {
 	// ID is the Redis stream entry id (time-ordered).
 	ID string `json:"id"`
-	// Event is requested, approval, edited, approved, rejected, expired or released.
+	// Event is requested, approval, edited, approved, rejected, expired,
+	// canceled or released.
 	Event string `json:"event"`
 	// CallID is the held call.
 	CallID string `json:"call_id"`

@@ -17,10 +17,12 @@ var webhookTypes = map[string]string{
 	"approved":  "approval.approved",
 	"rejected":  "approval.rejected",
 	"expired":   "approval.expired",
+	"canceled":  "approval.canceled",
 }
 
 // WebhookNotifier returns a Config.Notify that posts approval.requested,
-// approval.approved, approval.rejected and approval.expired to the sender's
+// approval.approved, approval.rejected, approval.expired and
+// approval.canceled (the caller canceled the held call) to the sender's
 // endpoints, signed per Standard Webhooks. The webhook-id is derived from
 // the audit entry, so it stays the same across retries and restarts. An
 // event the sender gave up on (retries exhausted, endpoint gone) is logged

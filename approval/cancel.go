@@ -1,0 +1,141 @@
+package approval
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/windlass-dev/windlass"
+	"github.com/windlass-dev/windlass/internal/layout"
+)
+
+// cancels is the service's view of the cancels stream: a handle kept once
+// it was found, for the check on the decision path.
+type cancels struct {
+	mu     sync.Mutex
+	stream jetstream.Stream
+}
+
+// followCancels applies every cancellation of the cancels stream, from its
+// start, to the calls the service holds, through an ordered consumer (which
+// survives reconnects and server restarts on its own). A cancellation of a
+// call held pending marks it canceled and answers its caller; any other is
+// a no-op, so every replica of the service may follow the stream. stop
+// ends the consumer and waits for its handler.
+func (s *Service) followCancels(ctx context.Context) (stop func(), err error) {
+	cons, err := s.js.OrderedConsumer(ctx, layout.CancelsStream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{layout.CancelSubjects},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("approval: follow cancellations: %w", err)
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		rec, err := decodeCancellation(m.Subject(), m.Data())
+		if err != nil {
+			s.cfg.Logger.Warn("approval: unreadable cancellation ignored", "subject", m.Subject(), "error", err)
+			return
+		}
+		s.applyCancel(ctx, rec)
+	}, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		s.cfg.Logger.Debug("approval: following cancellations", "error", err)
+	}))
+	if err != nil {
+		return nil, fmt.Errorf("approval: follow cancellations: %w", err)
+	}
+	return func() { cc.Stop(); <-cc.Closed() }, nil
+}
+
+// decodeCancellation reads a cancellation record and checks that it is
+// filed under its own call's subject.
+func decodeCancellation(subject string, data []byte) (windlass.Cancellation, error) {
+	var rec windlass.Cancellation
+	if err := json.Unmarshal(data, &rec); err != nil {
+		return rec, fmt.Errorf("decode: %w", err)
+	}
+	if err := windlass.ValidateCallID(rec.CallID); err != nil {
+		return rec, fmt.Errorf("call_id: %w", err)
+	}
+	if layout.CancelSubject(rec.CallID) != subject {
+		return rec, fmt.Errorf("call_id %q does not belong on subject %s", rec.CallID, subject)
+	}
+	return rec, nil
+}
+
+// applyCancel marks a pending held call canceled, once, and answers its
+// caller canceled (the dispatcher that recorded the cancellation has
+// answered already; the results stream keeps the first answer). It
+// reports whether the call was pending and is canceled now. A Redis failure
+// is retried a few times within ctx; should it last, the check on the
+// decision path and the expiry still keep the call from running.
+func (s *Service) applyCancel(ctx context.Context, rec windlass.Cancellation) bool {
+	var (
+		changed bool
+		err     error
+	)
+	for attempt, backoff := 1, 100*time.Millisecond; ; attempt, backoff = attempt+1, 2*backoff {
+		changed, err = s.store.cancel(ctx, rec.CallID, rec.Reason, time.Now())
+		if err == nil || attempt == 4 || ctx.Err() != nil {
+			break
+		}
+		sleep(ctx, backoff)
+	}
+	if err != nil {
+		s.cfg.Logger.Error("approval: could not apply a cancellation", "call_id", rec.CallID, "error", err)
+		return false
+	}
+	if !changed {
+		return false
+	}
+	s.cfg.Logger.Info("approval: held call canceled by its caller", "call_id", rec.CallID, "reason", rec.Reason)
+	if h, err := s.store.get(ctx, rec.CallID); err == nil {
+		r := windlass.ResultFromError(h.call, windlass.CancelCause(rec.Reason))
+		s.answer(ctx, h, r.Error.Code, r.Content)
+	}
+	return true
+}
+
+// cancelIfRecorded looks up a cancellation of call id in the cancels
+// stream and applies it, so that a decision made before the follower has
+// seen a cancellation cannot release the call. A failed look-up is logged
+// and the decision goes on: a worker answers a released call that was
+// canceled without running it.
+func (s *Service) cancelIfRecorded(ctx context.Context, id string) {
+	stream, err := s.cancelsStream(ctx)
+	if err != nil {
+		s.cfg.Logger.Warn("approval: cannot check for a cancellation before a decision", "call_id", id, "error", err)
+		return
+	}
+	m, err := stream.GetLastMsgForSubject(ctx, layout.CancelSubject(id))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return
+	}
+	if err != nil {
+		s.cfg.Logger.Warn("approval: cannot check for a cancellation before a decision", "call_id", id, "error", err)
+		return
+	}
+	rec, err := decodeCancellation(m.Subject, m.Data)
+	if err != nil || rec.CallID != id {
+		return
+	}
+	s.applyCancel(ctx, rec)
+}
+
+// cancelsStream returns the cancels stream's handle, looked up once.
+func (s *Service) cancelsStream(ctx context.Context) (jetstream.Stream, error) {
+	s.cancels.mu.Lock()
+	defer s.cancels.mu.Unlock()
+	if s.cancels.stream != nil {
+		return s.cancels.stream, nil
+	}
+	stream, err := s.js.Stream(ctx, layout.CancelsStream)
+	if err != nil {
+		return nil, fmt.Errorf("approval: cancels stream: %w", err)
+	}
+	s.cancels.stream = stream
+	return stream, nil
+}
