@@ -13,8 +13,13 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/windlass-dev/windlass"
+	"github.com/windlass-dev/windlass/internal/demotools"
+	"github.com/windlass-dev/windlass/worker"
 )
 
 // The README's quick start as a new user runs it, with real processes: the
@@ -248,6 +253,199 @@ func TestCLIQuickStart(t *testing.T) {
 	if out := dev.stdout.String(); !strings.Contains(out, "Stopping.") {
 		t.Errorf("dev's stdout lacks \"Stopping.\":\n%s", out)
 	}
+}
+
+// TestCLICallLifecycle drives a call's life from the shell against a fleet
+// of real servers (testserver NATS and Redis, a worker in the test serving
+// sleep and a flaky tool): call --async, watch, status, cancel, and a call
+// whose retries ran out listed by dead list and answered after dead replay.
+func TestCLICallLifecycle(t *testing.T) {
+	bin := cliBuild(t)
+	f := newFleet(t)
+	var broken atomic.Bool
+	broken.Store(true)
+	flaky := windlass.MustFunc("flaky", func(ctx context.Context, _ struct{}) (string, error) {
+		if broken.Load() {
+			return "", windlass.Retryable(errors.New("downstream unavailable"))
+		}
+		return "fixed", nil
+	})
+	// Two deliveries: one attempt and one retry (after about 1 s), then the
+	// call is dead.
+	f.startWorker(worker.Config{MaxDeliver: 2}, demotools.Sleep(), flaky)
+	env := append(cliEnv(filepath.Join(t.TempDir(), "no-dev.json")),
+		"WINDLASS_NATS_URL="+f.nats.URL(), "WINDLASS_REDIS_URL="+f.redis.URL())
+	run := func(t *testing.T, args ...string) cliResult {
+		t.Helper()
+		r := cliRun(t, bin, env, args...)
+		t.Logf("windlass %s: exit %d\n%s%s", strings.Join(args, " "), r.code, r.stdout, r.stderr)
+		return r
+	}
+
+	t.Run("CancelARunningCall", func(t *testing.T) {
+		const id = "cli-sleep-1"
+		r := run(t, "call", "sleep", `{"seconds":120}`, "--async", "--id", id)
+		if r.code != 0 || strings.TrimSpace(r.stdout) != id {
+			t.Fatalf("call --async --id: %s; want exit 0 and the id on stdout", r)
+		}
+		// Watch from another process while the call runs; it ends when the
+		// call has its result.
+		watched := make(chan cliResult, 1)
+		go func() { watched <- cliRun(t, bin, env, "watch", id, "--json", "--timeout", "50s") }()
+		textWatch := make(chan cliResult, 1)
+		go func() { textWatch <- cliRun(t, bin, env, "watch", id, "--timeout", "50s") }()
+
+		// Running, as status sees it.
+		var st struct {
+			State, Tool, Worker string
+			Attempt             int
+			Result              *struct {
+				Error *struct{ Code string } `json:"error"`
+			}
+		}
+		waitFor(t, 30*time.Second, "status shows the sleep call running", func() bool {
+			r := cliRun(t, bin, env, "status", id, "--json")
+			return r.code == 0 && json.Unmarshal([]byte(r.stdout), &st) == nil && st.State == "running"
+		})
+		if st.Tool != "sleep" || st.Attempt != 1 || st.Worker == "" {
+			t.Errorf("status of the running call = %+v; want tool sleep, attempt 1, a worker", st)
+		}
+		select {
+		case r := <-watched:
+			t.Fatalf("watch ended while the call runs: %s", r)
+		default:
+		}
+
+		if r := run(t, "cancel", id, "--reason", "no longer needed"); r.code != 0 || !strings.Contains(r.stdout, "canceled "+id) {
+			t.Fatalf("cancel: %s; want exit 0", r)
+		}
+
+		// watch --json: queued, started, then finished with the canceled result.
+		r = <-watched
+		var kinds []string
+		var last struct {
+			Kind, Tool string
+			Result     *struct {
+				Content string
+				Error   *struct{ Code string } `json:"error"`
+			}
+		}
+		for line := range strings.SplitSeq(strings.TrimSpace(r.stdout), "\n") {
+			if err := json.Unmarshal([]byte(line), &last); err != nil {
+				t.Fatalf("watch --json line %q: %v", line, err)
+			}
+			kinds = append(kinds, last.Kind)
+		}
+		if got := strings.Join(kinds, ","); got != "queued,started,finished" {
+			t.Errorf("watch --json kinds = %s; want queued,started,finished\n%s", got, r)
+		}
+		if last.Result == nil || last.Result.Error == nil || last.Result.Error.Code != "canceled" || !strings.Contains(last.Result.Content, "no longer needed") {
+			t.Errorf("watch --json finished line = %+v; want the canceled result with the reason", last)
+		}
+		if r.code != 1 {
+			t.Errorf("watch of a canceled call exited %d; want 1 (an error result)", r.code)
+		}
+		r = <-textWatch
+		for _, want := range []string{"queued", "tool=sleep", "started", "attempt=1", "worker=", "finished", "code=canceled"} {
+			if !strings.Contains(r.stdout, want) {
+				t.Errorf("watch (text) lacks %q:\n%s", want, r)
+			}
+		}
+		if !strings.Contains(r.stderr, "canceled") || !strings.Contains(r.stderr, "no longer needed") {
+			t.Errorf("watch (text) does not report the canceled result on stderr:\n%s", r)
+		}
+
+		// status: finished, code canceled, in text and JSON.
+		r = run(t, "status", id)
+		if r.code != 0 || !cliHasLine(r.stdout, "state:", "finished") || !cliHasLine(r.stdout, "code:", "canceled") || !cliHasLine(r.stdout, "tool:", "sleep") {
+			t.Errorf("status: %s; want state finished and code canceled", r)
+		}
+		r = run(t, "status", id, "--json")
+		st.Result = nil
+		if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || st.State != "finished" || st.Result == nil || st.Result.Error == nil || st.Result.Error.Code != "canceled" {
+			t.Errorf("status --json = %+v (%v); want finished with code canceled\n%s", st, err, r)
+		}
+
+		// Canceling again: already finished, its code named.
+		if r := run(t, "cancel", id); r.code == 0 || !strings.Contains(r.stderr, "already finished") || !strings.Contains(r.stderr, "canceled") {
+			t.Errorf("second cancel: %s; want non-zero and the result code", r)
+		}
+		// An id the fleet never saw.
+		if r := run(t, "cancel", "never-submitted"); r.code != 1 || !strings.Contains(r.stderr, "no record") {
+			t.Errorf("cancel of an unknown id: %s; want exit 1 and no record", r)
+		}
+		if r := run(t, "status", "never-submitted"); r.code != 1 || !cliHasLine(r.stdout, "state:", "unknown") {
+			t.Errorf("status of an unknown id: %s; want exit 1 and state unknown", r)
+		}
+	})
+
+	t.Run("DeadListAndReplay", func(t *testing.T) {
+		r := run(t, "call", "flaky", "{}", "--async")
+		id := strings.TrimSpace(r.stdout)
+		if r.code != 0 || id == "" {
+			t.Fatalf("call --async flaky: %s", r)
+		}
+		type dead struct {
+			Seq        uint64
+			Call       struct{ ID, Name string }
+			Error      struct{ Code, Message string }
+			Deliveries int
+		}
+		var list []dead
+		waitFor(t, 30*time.Second, "dead list shows the flaky call", func() bool {
+			r := cliRun(t, bin, env, "dead", "list", "--tool", "flaky", "--json")
+			return r.code == 0 && json.Unmarshal([]byte(r.stdout), &list) == nil && len(list) == 1
+		})
+		dc := list[0]
+		if dc.Call.ID != id || dc.Call.Name != "flaky" || dc.Deliveries != 2 || dc.Error.Code != "tool_error" || !strings.Contains(dc.Error.Message, "downstream unavailable") || dc.Seq == 0 {
+			t.Errorf("dead call = %+v; want %s of flaky, 2 deliveries, tool_error", dc, id)
+		}
+		// The table, and the filter: no dead call of sleep.
+		r = run(t, "dead", "list")
+		if r.code != 0 || !cliHasLine(r.stdout, "SEQ", "DIED AT") || !cliHasLine(r.stdout, fmt.Sprint(dc.Seq), id) || !strings.Contains(r.stdout, "tool_error: Error: downstream unavailable") {
+			t.Errorf("dead list (table): %s", r)
+		}
+		if r := run(t, "dead", "list", "--tool", "sleep", "--json"); r.code != 0 || strings.TrimSpace(r.stdout) != "[]" {
+			t.Errorf("dead list --tool sleep: %s; want []", r)
+		}
+
+		broken.Store(false)
+		r = run(t, "dead", "replay", fmt.Sprint(dc.Seq), "--wait", "--timeout", "40s")
+		lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+		if r.code != 0 || len(lines) != 2 || lines[0] == id || lines[0] == "" || lines[1] != "fixed" {
+			t.Fatalf("dead replay --wait: %s; want a new call id, then fixed", r)
+		}
+		if r := run(t, "status", lines[0]); r.code != 0 || !cliHasLine(r.stdout, "code:", "success") || !cliHasLine(r.stdout, "result:", "fixed") {
+			t.Errorf("status of the replayed call: %s", r)
+		}
+		if r := run(t, "dead", "list", "--tool", "flaky", "--json"); r.code != 0 || strings.TrimSpace(r.stdout) != "[]" {
+			t.Errorf("dead list after the replay: %s; want [] (replayed once)", r)
+		}
+		if r := run(t, "dead", "replay", fmt.Sprint(dc.Seq)); r.code != 1 || !strings.Contains(r.stderr, "no dead call") {
+			t.Errorf("second replay: %s; want exit 1, no dead call", r)
+		}
+	})
+
+	t.Run("BadInput", func(t *testing.T) {
+		for _, tc := range []struct {
+			args []string
+			want string
+		}{
+			{[]string{"frobnicate"}, `unknown command "frobnicate"`},
+			{[]string{"cancel"}, "call ID"},
+			{[]string{"watch"}, "call ID"},
+			{[]string{"status"}, "call ID"},
+			{[]string{"cancel", "bad id"}, "call ID"},
+			{[]string{"status", `a"b`}, "call ID"},
+			{[]string{"dead", "replay", "x"}, "SEQ"},
+			{[]string{"dead", "exhume"}, `unknown action "exhume"`},
+		} {
+			r := run(t, tc.args...)
+			if r.code != 2 || !strings.Contains(r.stderr, tc.want) {
+				t.Errorf("windlass %q: %s; want exit 2 and %q on stderr", tc.args, r, tc.want)
+			}
+		}
+	})
 }
 
 // cliBuild builds cmd/windlass once per test into a temporary directory.

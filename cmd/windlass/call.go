@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/dispatcher"
 )
 
@@ -15,6 +16,10 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	c := commonFlags(fs)
 	timeout := durationFlag(fs, "timeout", 0, "call deadline (default: the tool's timeout plus a queue allowance)")
 	asJSON := boolFlag(fs, "json", false, "print the whole result as JSON instead of its content")
+	async := boolFlag(fs, "async", false, "submit the call and print its id without waiting; follow it with watch, status or cancel")
+	// No environment fallback: one id for every call would make them all
+	// the same call (WINDLASS_ID is the worker's id besides).
+	callID := fs.String("id", "", "the call's id, e.g. the model's tool-call id (default: a new random id); a call id already accepted is not run again, its result is returned")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -30,6 +35,11 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if !json.Valid([]byte(rawArgs)) {
 		return &exitError{code: 2, err: fmt.Errorf("arguments %q are not valid JSON", rawArgs)}
 	}
+	if *callID != "" {
+		if err := windlass.ValidateCallID(*callID); err != nil {
+			return &exitError{code: 2, err: fmt.Errorf("--id: %w", err)}
+		}
+	}
 	sess, err := c.open("call", stderr)
 	if err != nil {
 		return err
@@ -44,6 +54,17 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	var opts []dispatcher.CallOption
 	if *timeout > 0 {
 		opts = append(opts, dispatcher.WithTimeout(*timeout))
+	}
+	if *callID != "" {
+		opts = append(opts, dispatcher.WithCallID(*callID))
+	}
+	if *async {
+		id, err := d.Submit(ctx, name, json.RawMessage(rawArgs), opts...)
+		if err != nil {
+			return &exitError{code: 1, err: fmt.Errorf("submit %s: %w", name, err)}
+		}
+		fmt.Fprintln(stdout, id)
+		return nil
 	}
 	r, err := d.Call(ctx, name, json.RawMessage(rawArgs), opts...)
 	if *asJSON {

@@ -25,7 +25,11 @@ func commands() []command {
 	return []command{
 		{"dev", "run the whole fleet in one process: embedded NATS, Redis (or in-memory), a dispatcher and demo tools", runDev},
 		{"worker", "serve the demo tools against a NATS and a Redis", runWorker},
-		{"call", "call a tool: windlass call TOOL JSON; prints the content", runCall},
+		{"call", "call a tool: windlass call TOOL JSON; prints the content (--async: prints the call id)", runCall},
+		{"watch", "follow a call's events until it finishes, then print its result: watch ID", runWatch},
+		{"status", "show where a call stands (state, tool, attempt, worker, progress, result): status ID", runStatus},
+		{"cancel", "cancel a queued, running or held call: cancel ID [--reason TEXT]", runCancel},
+		{"dead", "calls the fleet gave up on: dead list [--tool NAME] | dead replay SEQ [--wait]", runDead},
 		{"tools", "list the fleet's live tools in a provider's format", runTools},
 		{"approval", "run the approval service (HTTP API, dashboard, webhooks); also: approval keygen, approval token NAME", runApproval},
 		{"approvals", "review held calls: approvals list | approve ID | reject ID --reason TEXT", runApprovals},
@@ -81,7 +85,7 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Commands:")
 	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Every flag falls back to an environment variable named after it: --nats-url")

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/windlass-dev/windlass"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestBadInputExitsTwo runs commands with bad arguments: each is refused
+// with exit code 2 and a message naming what is wrong, before connecting to
+// anything (the URLs point nowhere).
+func TestBadInputExitsTwo(t *testing.T) {
+	t.Setenv("WINDLASS_NATS_URL", "nats://127.0.0.1:1")
+	t.Setenv("WINDLASS_REDIS_URL", "redis://127.0.0.1:1/0")
+	cases := []struct {
+		name string
+		args []string
+		want string // in the error
+	}{
+		{"UnknownCommand", []string{"frobnicate"}, `unknown command "frobnicate"`},
+		{"CancelMissingID", []string{"cancel"}, "cancel needs exactly one call ID"},
+		{"CancelTwoIDs", []string{"cancel", "a", "b"}, "cancel needs exactly one call ID"},
+		{"CancelInvalidID", []string{"cancel", "has space"}, "call ID"},
+		{"WatchMissingID", []string{"watch"}, "watch needs exactly one call ID"},
+		{"WatchInvalidID", []string{"watch", `q"uote`}, "call ID"},
+		{"StatusMissingID", []string{"status", "--json"}, "status needs exactly one call ID"},
+		{"StatusInvalidID", []string{"status", strings.Repeat("x", 1000)}, "call ID"},
+		{"DeadNoAction", []string{"dead"}, "dead needs list or replay SEQ"},
+		{"DeadUnknownAction", []string{"dead", "bury"}, `unknown action "bury"`},
+		{"DeadListBadTool", []string{"dead", "list", "--tool", "no.dots"}, "--tool"},
+		{"DeadListBadLimit", []string{"dead", "list", "--limit", "0"}, "--limit"},
+		{"DeadReplayMissingSeq", []string{"dead", "replay"}, "SEQ"},
+		{"DeadReplayBadSeq", []string{"dead", "replay", "seven"}, `SEQ "seven" must be a positive integer`},
+		{"DeadReplayZeroSeq", []string{"dead", "replay", "0"}, `SEQ "0"`},
+		{"CallInvalidID", []string{"call", "echo", "{}", "--id", "a b"}, "--id"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			err := run(t.Context(), tc.args, &stdout, &stderr)
+			var ee *exitError
+			if !errors.As(err, &ee) || ee.code != 2 {
+				t.Fatalf("run(%q) = %v, want an exit code 2 error", tc.args, err)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %q does not name %q", err, tc.want)
+			}
+			if stdout.Len() != 0 {
+				t.Errorf("stdout = %q, want nothing", stdout.String())
+			}
+		})
+	}
+}
+
+// TestEventLine renders the events a watcher prints, one line each, with
+// the fields each kind has.
+func TestEventLine(t *testing.T) {
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	cases := []struct {
+		event windlass.Event
+		want  []string
+	}{
+		{windlass.Event{Kind: windlass.EventQueued, Tool: "sleep", Time: at}, []string{"queued", "tool=sleep"}},
+		{windlass.Event{Kind: windlass.EventStarted, Tool: "sleep", Time: at, Attempt: 2, Worker: "w1"}, []string{"started", "attempt=2", "worker=w1"}},
+		{windlass.Event{Kind: windlass.EventProgress, Time: at, Attempt: 1, Progress: &windlass.Progress{Fraction: 0.25, Message: "a quarter"}}, []string{"progress", "progress=25%", `message="a quarter"`}},
+		{windlass.Event{Kind: windlass.EventRetrying, Time: at, Attempt: 1, Error: &windlass.CallError{Code: windlass.CodeToolError, Message: "flaky"}, RetryAt: at}, []string{"retrying", `error=tool_error: "flaky"`, "retry_at="}},
+		{windlass.Event{Kind: windlass.EventFinished, Time: at, Result: &windlass.ToolResult{IsError: true, Error: &windlass.CallError{Code: windlass.CodeCanceled}}}, []string{"finished", "code=canceled"}},
+		{windlass.Event{Kind: windlass.EventFinished, Time: at, Result: &windlass.ToolResult{Content: "ok", DurationMS: 1500}}, []string{"code=success", "duration=1.5s"}},
+	}
+	for _, tc := range cases {
+		got := eventLine(tc.event)
+		for _, want := range tc.want {
+			if !strings.Contains(got, want) {
+				t.Errorf("eventLine(%s) = %q, lacks %q", tc.event.Kind, got, want)
+			}
+		}
+	}
+}
