@@ -3,7 +3,7 @@ GO          ?= go
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 TEST_FLAGS  ?= -race -count=1 -timeout 30m
 
-.PHONY: help test lint fmt-check vet deps dev bench local
+.PHONY: help test lint fmt-check vet deps dev bench local faults
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  %-10s %s\n", $$1, $$2}'
@@ -37,6 +37,9 @@ lint: fmt-check vet ## gofmt, go vet and staticcheck
 
 dev: ## run the whole fleet in one process on its embedded default
 	$(GO) run ./cmd/windlass dev
+
+faults: deps ## the long fault suite (5,000 calls a scenario: workers SIGKILLed every 2 s, NATS and Redis restarted, a worker paused), figures printed
+	WINDLASS_FAULT_LONG=1 $(GO) test -race -count=1 -timeout 30m -run 'TestFault' -v ./integration/ | grep -E 'FAULT|^(---|ok|FAIL|PASS)'
 
 local: ## the production topology on this machine: 3 clustered NATS nodes, Redis, approval, 2 workers (deploy/local)
 	$(GO) run ./deploy/local

@@ -3,9 +3,17 @@
 package integration_test
 
 import (
+	"os"
 	"testing"
 
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(faultWorkerEnv) != "" {
+		// This process is a worker of the fault suite, started by the test
+		// binary itself so that it can be killed (see faultworker_test.go).
+		os.Exit(runFaultWorker())
+	}
+	goleak.VerifyTestMain(m)
+}
