@@ -115,4 +115,3 @@ func runFaultWorker() int {
 		id, s.Completed, s.Failed, s.Requeued, s.AlreadyAnswered, s.DuplicateResults)
 	return 0
 }
-
