@@ -701,3 +701,32 @@ func TestCancelWinsOnTheDecisionPath(t *testing.T) {
 		t.Errorf("audit has %d canceled events, want 1", canceled)
 	}
 }
+
+// TestCallCanceledBeforeIntake cancels a gated call while it still waits
+// in the approvals stream (the service is down): when the service takes it
+// in, it is canceled, not pending, and never released.
+func TestCallCanceledBeforeIntake(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, nil)
+	f.stopSvc()
+	id := f.submit(payArgs{To: "eve", Amount: 9})
+	f.cancelCall(id, "too late")
+	seqBefore := f.callsStreamLastSeq()
+	f.startService()
+	h := f.held(id)
+	for deadline := time.Now().Add(10 * time.Second); h.Status != approval.StatusCanceled; h = f.held(id) {
+		if time.Now().After(deadline) {
+			t.Fatalf("held call = %+v, want canceled", h)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if pending, _, err := f.svc.List(t.Context(), approval.Filter{}); err != nil || len(pending) != 0 {
+		t.Errorf("pending = %v, %v; want none", pending, err)
+	}
+	if code, body := f.do("POST", "/v1/approvals/"+id+"/approve", "alice", map[string]any{"args_hash": h.ArgsHash}); code != http.StatusConflict {
+		t.Errorf("approve = %d %v, want 409", code, body)
+	}
+	if seq := f.callsStreamLastSeq(); seq != seqBefore || f.runs.Load() != 0 {
+		t.Errorf("calls stream %d -> %d, runs %d: the canceled call was released", seqBefore, seq, f.runs.Load())
+	}
+}

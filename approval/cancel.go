@@ -100,29 +100,31 @@ func (s *Service) applyCancel(ctx context.Context, rec windlass.Cancellation) bo
 }
 
 // cancelIfRecorded looks up a cancellation of call id in the cancels
-// stream and applies it, so that a decision made before the follower has
-// seen a cancellation cannot release the call. A failed look-up is logged
-// and the decision goes on: a worker answers a released call that was
-// canceled without running it.
-func (s *Service) cancelIfRecorded(ctx context.Context, id string) {
+// stream and applies it, and reports whether the call was pending and is
+// canceled now. A decision checks first, so that one made before the
+// follower has seen a cancellation cannot release the call; so does the
+// intake of a call, which may arrive after its cancellation did. A failed
+// look-up is logged and the caller goes on: a worker answers a released
+// call that was canceled without running it.
+func (s *Service) cancelIfRecorded(ctx context.Context, id string) bool {
 	stream, err := s.cancelsStream(ctx)
 	if err != nil {
-		s.cfg.Logger.Warn("approval: cannot check for a cancellation before a decision", "call_id", id, "error", err)
-		return
+		s.cfg.Logger.Warn("approval: cannot check the call for a cancellation", "call_id", id, "error", err)
+		return false
 	}
 	m, err := stream.GetLastMsgForSubject(ctx, layout.CancelSubject(id))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return
+		return false
 	}
 	if err != nil {
-		s.cfg.Logger.Warn("approval: cannot check for a cancellation before a decision", "call_id", id, "error", err)
-		return
+		s.cfg.Logger.Warn("approval: cannot check the call for a cancellation", "call_id", id, "error", err)
+		return false
 	}
 	rec, err := decodeCancellation(m.Subject, m.Data)
 	if err != nil || rec.CallID != id {
-		return
+		return false
 	}
-	s.applyCancel(ctx, rec)
+	return s.applyCancel(ctx, rec)
 }
 
 // cancelsStream returns the cancels stream's handle, looked up once.

@@ -23,8 +23,9 @@
 // marks a pending call canceled: it leaves the pending set, the audit log
 // records it, its caller is answered canceled, and it is never released;
 // a decision on it gets a *[DecidedError] (409) like any decided call. A
-// decision first looks the call up in the cancels stream itself, so a
-// cancellation the follower has not applied yet still wins. A call
+// decision, and the intake of a call, first look the call up in the
+// cancels stream itself, so a cancellation the follower has not applied yet
+// (or recorded before the call reached the service) still wins. A call
 // canceled after its approval is left approved: the worker that pulls it
 // answers it canceled without running it.
 //

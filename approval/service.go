@@ -252,10 +252,15 @@ func (s *Service) intake(ctx context.Context, msg jetstream.Msg) {
 		log.Error("approval: could not persist the call; leaving it for redelivery", "call_id", call.ID, "error", err)
 		return // not acked: redelivered after the ack wait
 	}
+	// Canceled before it got here (it waited in the stream while the
+	// service was down): the follower found nothing held to cancel then.
+	canceled := s.cancelIfRecorded(ctx, call.ID)
 	if err := msg.DoubleAck(ctx); err != nil {
 		log.Warn("approval: ack failed; the call will be redelivered and found held", "call_id", call.ID, "error", err)
 	}
-	log.Info("approval: call held", "call_id", call.ID, "tool", call.Name, "expires_at", expires)
+	if !canceled {
+		log.Info("approval: call held", "call_id", call.ID, "tool", call.Name, "expires_at", expires)
+	}
 }
 
 // expiryLoop expires lapsed calls and answers their callers, and now and
