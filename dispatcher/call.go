@@ -169,7 +169,8 @@ func (d *Dispatcher) schema(spec windlass.Spec, hash string) (*windlass.Argument
 // retried submit), whose result goes wherever the first submit asked. A
 // call id the caller chose is also looked up in the events stream first,
 // which remembers accepted calls as long as results, well beyond the
-// stream's duplicate window. An accepted call gets its queued event.
+// stream's duplicate window. An accepted call gets its queued event, stored
+// before publish returns.
 func (d *Dispatcher) publish(ctx context.Context, p *prepared) (duplicate bool, err error) {
 	if p.ownID {
 		if _, ok := d.lastEvent(ctx, p.call.ID, windlass.EventQueued); ok {
@@ -181,7 +182,7 @@ func (d *Dispatcher) publish(ctx context.Context, p *prepared) (duplicate bool, 
 		return false, &windlass.CallError{Code: windlass.CodeUnavailable, Message: fmt.Sprintf("The fleet could not accept the call: %v", err)}
 	}
 	if !ack.Duplicate {
-		d.publishQueued(p.call)
+		d.publishQueued(ctx, p.call)
 	}
 	return ack.Duplicate, nil
 }

@@ -14,16 +14,22 @@ import (
 	"github.com/windlass-dev/windlass/internal/layout"
 )
 
-// publishQueued records that the fleet accepted call. It is a plain
-// publish the events stream captures: the call path never waits for it.
-func (d *Dispatcher) publishQueued(call windlass.ToolCall) {
+// publishQueued records that the fleet accepted call, and waits until the
+// events stream has stored it: Cancel, Status and Watch on any instance
+// find the call by this event (and a resubmit of a caller-chosen id past
+// the calls stream's duplicate window), so it must be there once Submit
+// returns or Call waits. A failure is logged, not returned: the call is
+// accepted all the same.
+func (d *Dispatcher) publishQueued(ctx context.Context, call windlass.ToolCall) {
 	e := windlass.Event{CallID: call.ID, Kind: windlass.EventQueued, Tool: call.Name, Time: time.Now(), Deadline: call.Deadline, Origin: d.cfg.ID}
 	data, err := json.Marshal(e)
 	if err != nil {
 		return
 	}
-	_ = d.cfg.Conn.PublishMsg(&nats.Msg{Subject: layout.EventSubject(call.ID, string(e.Kind)), Data: data,
-		Header: nats.Header{layout.HeaderProtocol: []string{protocolVersion}}})
+	if _, err := d.js.PublishMsg(ctx, &nats.Msg{Subject: layout.EventSubject(call.ID, string(e.Kind)), Data: data,
+		Header: nats.Header{layout.HeaderProtocol: []string{protocolVersion}}}); err != nil {
+		d.cfg.Logger.Warn("dispatcher: could not record the call as queued; Cancel, Status and Watch may not find it", "call_id", call.ID, "error", err)
+	}
 }
 
 // lastEvent reads a call's latest event of one kind.
@@ -45,6 +51,11 @@ func (d *Dispatcher) lastEvent(ctx context.Context, callID string, kind windlass
 // bounded like [Dispatcher.Wait]; when the wait ends without a result, or
 // the call id is invalid, the sequence ends with the error.
 //
+// The queued event comes first even when the worker's started event reached
+// the events stream before it (the dispatcher publishes it once the call is
+// accepted, while a worker may already have it); every event stored before
+// the result was seen comes before finished.
+//
 // Progress events are the latest report at each of the worker's
 // heartbeats, not every report the tool made.
 func (d *Dispatcher) Watch(ctx context.Context, callID string) iter.Seq2[windlass.Event, error] {
@@ -56,19 +67,27 @@ func (d *Dispatcher) Watch(ctx context.Context, callID string) iter.Seq2[windlas
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 
-		events := make(chan windlass.Event, 64)
+		// stored is one message of the call's events, decoded or not: its
+		// sequence tells how far the follower has come.
+		type stored struct {
+			e   windlass.Event
+			ok  bool
+			seq uint64
+		}
+		events := make(chan stored, 64)
 		cons, err := d.events.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{layout.EventsOfCall(callID)}})
 		if err != nil {
 			yield(windlass.Event{}, fmt.Errorf("dispatcher: watch %q: %w", callID, err))
 			return
 		}
 		cc, err := cons.Consume(func(m jetstream.Msg) {
-			var e windlass.Event
-			if json.Unmarshal(m.Data(), &e) != nil || e.CallID != callID {
-				return
+			var s stored
+			if meta, err := m.Metadata(); err == nil {
+				s.seq = meta.Sequence.Stream
 			}
+			s.ok = json.Unmarshal(m.Data(), &s.e) == nil && s.e.CallID == callID
 			select {
-			case events <- e:
+			case events <- s:
 			case <-ctx.Done():
 			}
 		})
@@ -88,33 +107,130 @@ func (d *Dispatcher) Watch(ctx context.Context, callID string) iter.Seq2[windlas
 			finished <- outcome{r, err}
 		}()
 		defer func() { cancel(); <-finished }()
+
+		o := eventOrder{yield: yield}
+		var seen uint64 // the stream sequence the follower has handed over
+		take := func(s stored) bool {
+			seen = max(seen, s.seq)
+			return !s.ok || o.emit(s.e)
+		}
 		for {
 			select {
-			case e := <-events:
-				if !yield(e, nil) {
+			case s := <-events:
+				if !take(s) {
 					return
 				}
-			case o := <-finished:
-				finished <- o // for the deferred receive
-				if o.err != nil {
-					yield(windlass.Event{}, o.err)
+			case <-o.hold:
+				if !o.flush() {
 					return
 				}
-				// Hand over the events stored before the result first.
+			case res := <-finished:
+				finished <- res // for the deferred receive
+				if res.err != nil {
+					yield(windlass.Event{}, res.err)
+					return
+				}
+				// Hand over the events stored before the result first:
+				// the follower may not have delivered them yet (always
+				// so when the call finished before Watch began).
+				last := d.lastEventSeq(ctx, callID)
+				catchUp, stop := context.WithTimeout(ctx, watchCatchUp)
+				for seen < last && catchUp.Err() == nil {
+					select {
+					case s := <-events:
+						if !take(s) {
+							stop()
+							return
+						}
+					case <-catchUp.Done():
+					}
+				}
+				stop()
 				for drained := false; !drained; {
 					select {
-					case e := <-events:
-						if !yield(e, nil) {
+					case s := <-events:
+						if !take(s) {
 							return
 						}
 					default:
 						drained = true
 					}
 				}
-				r := o.r
+				if !o.queuedDone {
+					if q, ok := d.lastEvent(ctx, callID, windlass.EventQueued); ok && !o.emit(q) {
+						return
+					}
+				}
+				if !o.flush() {
+					return
+				}
+				r := res.r
 				yield(windlass.Event{CallID: callID, Kind: windlass.EventFinished, Tool: r.Name, Time: time.Now(), Attempt: r.Attempt, Worker: r.Worker, Result: &r}, nil)
 				return
 			}
 		}
 	}
+}
+
+// watchCatchUp bounds how long Watch waits, once the result is in, for the
+// events stored before it; queuedGrace how long it holds a worker's events
+// back for a queued event still on its way.
+const (
+	watchCatchUp = 2 * time.Second
+	queuedGrace  = time.Second
+)
+
+// eventOrder yields a call's events with its queued event first. The
+// dispatcher publishes queued after the calls stream accepted the call, so
+// a worker's started event can reach the events stream first; events that
+// arrive before queued are held until it comes, or for queuedGrace (a call
+// published by other means has no queued event).
+type eventOrder struct {
+	yield      func(windlass.Event, error) bool
+	held       []windlass.Event
+	queuedDone bool // queued was yielded, or waiting for it given up
+	hold       <-chan time.Time
+}
+
+// emit yields e in order; false means the consumer stopped.
+func (o *eventOrder) emit(e windlass.Event) bool {
+	switch {
+	case e.Kind == windlass.EventQueued && o.queuedDone:
+		return true // a call is queued once; a late one is out of order
+	case e.Kind == windlass.EventQueued:
+		o.queuedDone = true
+		return o.yield(e, nil) && o.flush()
+	case !o.queuedDone:
+		o.held = append(o.held, e)
+		if o.hold == nil {
+			o.hold = time.After(queuedGrace)
+		}
+		return true
+	}
+	return o.yield(e, nil)
+}
+
+// flush yields the held events and stops holding.
+func (o *eventOrder) flush() bool {
+	o.queuedDone, o.hold = true, nil
+	held := o.held
+	o.held = nil
+	for _, e := range held {
+		if !o.yield(e, nil) {
+			return false
+		}
+	}
+	return true
+}
+
+// lastEventSeq is the stream sequence of the call's latest stored event
+// (0 when it has none or the stream cannot say).
+func (d *Dispatcher) lastEventSeq(ctx context.Context, callID string) uint64 {
+	var last uint64
+	for _, kind := range []windlass.EventKind{windlass.EventQueued, windlass.EventStarted, windlass.EventProgress, windlass.EventRetrying} {
+		if m, err := d.events.GetLastMsgForSubject(ctx, layout.EventSubject(callID, string(kind))); err == nil {
+			last = max(last, m.Sequence)
+		}
+	}
+	return last
 }

@@ -283,7 +283,10 @@ func (w *Worker) refuse(ctx context.Context, call windlass.ToolCall, t *register
 	case !call.Deadline.IsZero() && !now.Before(call.Deadline):
 		return windlass.ErrorResult(call, windlass.CodeTimeout,
 			fmt.Sprintf("Tool %q timed out: the call's deadline passed %s before a worker took it.", call.Name, now.Sub(call.Deadline).Round(time.Millisecond))), true, nil
-	case t.cfg.maxQueueWait > 0 && now.Sub(meta.Timestamp) > t.cfg.maxQueueWait:
+	case t.cfg.maxQueueWait > 0 && call.Attempt == 1 && now.Sub(meta.Timestamp) > t.cfg.maxQueueWait:
+		// Schedule-to-start: only the first delivery waited in the queue.
+		// A later one follows a retry's backoff or a lost worker, and the
+		// message's timestamp is still its first publish.
 		return windlass.ErrorResult(call, windlass.CodeTimeout,
 			fmt.Sprintf("Tool %q timed out: the call waited %s in the queue, longer than its bound of %s.", call.Name, now.Sub(meta.Timestamp).Round(time.Millisecond), t.cfg.maxQueueWait)), true, nil
 	case call.SpecHash != "" && call.SpecHash != t.hash:

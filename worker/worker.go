@@ -137,7 +137,9 @@ func WithConcurrency(n int) ToolOption { return func(c *toolConfig) { c.concurre
 
 // WithMaxQueueWait bounds how long a call may wait in the queue before it
 // starts (schedule-to-start). A call that waited longer is answered timeout
-// without running. Zero (the default) means no bound beyond the deadline.
+// without running. Only the first delivery is bounded: a retry or a
+// redelivery after a lost worker follows a start. Zero (the default) means
+// no bound beyond the deadline.
 func WithMaxQueueWait(d time.Duration) ToolOption { return func(c *toolConfig) { c.maxQueueWait = d } }
 
 // registered is a tool with its settings and derived values.
@@ -284,6 +286,13 @@ func (w *Worker) Run(ctx context.Context) error {
 
 	<-ctx.Done()
 	pullers.Wait() // no new calls start after this
+	// Each puller's last pull request ended by unsubscribing its inbox; the
+	// server forgets the request only once it has that. Until then it may
+	// deliver a call to it, lost until the ack wait and counted towards
+	// MaxDeliver. A flush makes the server process what was sent first.
+	if err := js.Conn().FlushTimeout(time.Second); err != nil {
+		log.Debug("worker: flushing the last pull requests' end failed", "error", err)
+	}
 	drained := make(chan struct{})
 	go func() { calls.Wait(); close(drained) }()
 	select {

@@ -92,8 +92,9 @@ func CallToken(callID string) string {
 
 // EventSubject is the subject of one kind of event of a call:
 // windlass.event.<call token>.<kind>, kind being a windlass.EventKind
-// (queued, started, progress, retrying). Events are plain (core) publishes
-// that the events stream captures; publishers never wait for them. One
+// (queued, started, progress, retrying). Workers' events are plain (core)
+// publishes that the events stream captures, never waited for; the
+// dispatcher waits for its queued event, the record of an accepted call. One
 // subject per kind makes the latest event of each kind one direct get,
 // whatever order events of different publishers were stored in.
 func EventSubject(callID, kind string) string {
