@@ -242,6 +242,40 @@ func TestCLIQuickStart(t *testing.T) {
 		}
 	})
 
+	// A held call canceled from the shell: the approval service marks it
+	// canceled, and approving it afterwards is refused.
+	t.Run("HeldCallCanceledFromTheCLI", func(t *testing.T) {
+		r := cliRun(t, bin, env, "call", "transfer_funds", `{"to":"carol","amount":7}`, "--async")
+		id := strings.TrimSpace(r.stdout)
+		if r.code != 0 || id == "" {
+			t.Fatalf("call --async transfer_funds: %s", r)
+		}
+		listed := func(status string) bool {
+			r := cliRun(t, bin, env, "approvals", "list", "--status", status, "--json")
+			var out struct {
+				Items []struct{ ID string } `json:"items"`
+			}
+			if r.code != 0 || json.Unmarshal([]byte(r.stdout), &out) != nil {
+				return false
+			}
+			return slices.ContainsFunc(out.Items, func(it struct{ ID string }) bool { return it.ID == id })
+		}
+		waitFor(t, 20*time.Second, "the gated call held pending", func() bool { return listed("pending") })
+		if r := cliRun(t, bin, env, "cancel", id, "--reason", "wrong account"); r.code != 0 {
+			t.Fatalf("cancel of the held call: %s", r)
+		}
+		waitFor(t, 20*time.Second, "the held call listed as canceled", func() bool { return listed("canceled") })
+		if listed("pending") {
+			t.Error("the canceled call is still listed pending")
+		}
+		if r := cliRun(t, bin, env, "approvals", "approve", id); r.code == 0 || !strings.Contains(r.stderr, "409") {
+			t.Errorf("approving the canceled call: %s; want a 409 refusal", r)
+		}
+		if r := cliRun(t, bin, env, "status", id); r.code != 0 || !cliHasLine(r.stdout, "code:", "canceled") || !cliHasLine(r.stdout, "result:", "wrong account") {
+			t.Errorf("status of the canceled held call: %s", r)
+		}
+	})
+
 	// Ctrl-C: dev exits 0 within 15 s and removes its discovery file.
 	dev.interrupt(t, 15*time.Second)
 	if _, err := os.Stat(devFile); !errors.Is(err, os.ErrNotExist) {
@@ -345,7 +379,9 @@ func TestCLICallLifecycle(t *testing.T) {
 		if r.code != 1 {
 			t.Errorf("watch of a canceled call exited %d; want 1 (an error result)", r.code)
 		}
+		t.Logf("windlass watch %s --json:\n%s", id, r.stdout)
 		r = <-textWatch
+		t.Logf("windlass watch %s: exit %d\n%s%s", id, r.code, r.stdout, r.stderr)
 		for _, want := range []string{"queued", "tool=sleep", "started", "attempt=1", "worker=", "finished", "code=canceled"} {
 			if !strings.Contains(r.stdout, want) {
 				t.Errorf("watch (text) lacks %q:\n%s", want, r)
