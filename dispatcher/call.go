@@ -177,14 +177,52 @@ func (d *Dispatcher) publish(ctx context.Context, p *prepared) (duplicate bool, 
 			return true, nil
 		}
 	}
-	ack, err := d.js.PublishMsg(ctx, p.msg)
+	// Never try to publish past the call's own deadline.
+	pubCtx, cancel := context.WithDeadline(ctx, p.call.Deadline)
+	defer cancel()
+	ack, retried, err := d.publishDurably(pubCtx, p.msg)
 	if err != nil {
 		return false, &windlass.CallError{Code: windlass.CodeUnavailable, Message: fmt.Sprintf("The fleet could not accept the call: %v", err)}
 	}
-	if !ack.Duplicate {
+	switch {
+	case !ack.Duplicate:
 		d.publishQueued(ctx, p.call)
+	case retried:
+		// Most likely this publish's own earlier attempt, stored but not
+		// acknowledged. A random id can only be ours; a caller's own id is
+		// still waited for by id, in case another submit of it came first.
+		d.publishQueued(ctx, p.call)
+		return p.ownID, nil
 	}
 	return ack.Duplicate, nil
+}
+
+// publishAttempt bounds one attempt to publish a call. A publish whose
+// acknowledgement was lost (the server went down after receiving it, or
+// before) is sent again rather than waited on until the call's deadline:
+// the stream deduplicates by call id, so a repeat is harmless.
+const publishAttempt = 2 * time.Second
+
+// publishDurably publishes m to its stream, trying again with backoff until
+// the stream acknowledges it or ctx ends. retried reports that more than one
+// attempt was made.
+func (d *Dispatcher) publishDurably(ctx context.Context, m *nats.Msg) (ack *jetstream.PubAck, retried bool, err error) {
+	wait := 50 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		attemptCtx, cancel := context.WithTimeout(ctx, publishAttempt)
+		ack, err = d.js.PublishMsg(attemptCtx, m)
+		cancel()
+		if err == nil || ctx.Err() != nil || errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrMaxPayload) {
+			return ack, attempt > 1, err
+		}
+		d.cfg.Logger.Debug("dispatcher: publish not acknowledged; trying again", "subject", m.Subject, "attempt", attempt, "error", err)
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return nil, true, err
+		}
+		wait = min(2*wait, time.Second)
+	}
 }
 
 // Call runs a tool in the fleet and waits for its result, at most until the
@@ -202,15 +240,22 @@ func (d *Dispatcher) Call(ctx context.Context, name string, args any, opts ...Ca
 	if err != nil {
 		return refusal(name, err)
 	}
-	ch := make(chan windlass.ToolResult, 1)
-	if _, loaded := d.pending.LoadOrStore(p.call.ID, ch); loaded {
-		return refusal(name, &windlass.CallError{Code: windlass.CodeInvalidCall, Message: fmt.Sprintf("Call %q is already in flight on this dispatcher.", p.call.ID)})
-	}
-	defer d.pending.Delete(p.call.ID)
 	// For a gated call too: the approval service never runs it past this
 	// deadline (its release deadline is capped by it).
 	waitCtx, cancel := context.WithDeadline(ctx, p.call.Deadline)
 	defer cancel()
+	ch := make(chan windlass.ToolResult, 1)
+	if _, loaded := d.pending.LoadOrStore(p.call.ID, ch); loaded {
+		// The same call (its id is the deduplication key) is in flight on
+		// this instance: a retried Call. Wait for its one result, as a
+		// retry on another instance does.
+		r, err := d.Wait(waitCtx, p.call.ID)
+		if err != nil {
+			return d.timedOut(ctx, p.call)
+		}
+		return r, nil
+	}
+	defer d.pending.CompareAndDelete(p.call.ID, ch)
 	duplicate, err := d.publish(waitCtx, p)
 	if err != nil {
 		return refusal(name, err)
@@ -218,7 +263,7 @@ func (d *Dispatcher) Call(ctx context.Context, name string, args any, opts ...Ca
 	if duplicate {
 		// Submitted before, maybe from another instance: its result may go
 		// to that instance's subject, so wait for it by call id.
-		d.pending.Delete(p.call.ID)
+		d.pending.CompareAndDelete(p.call.ID, ch)
 		r, err := d.Wait(waitCtx, p.call.ID)
 		if err != nil {
 			return d.timedOut(ctx, p.call)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -57,11 +58,12 @@ func (d *Dispatcher) DeadCalls(ctx context.Context, tool string, limit int) ([]w
 }
 
 // Replay sends the dead call recorded at seq back to its tool as a new call,
-// with the same arguments and metadata plus [MetadataReplayOf], a new id
-// (unless [WithCallID] gives one) and a new deadline (from opts, else the
-// usual default). It is checked against the tool's current spec like any
-// call. Once the new call is accepted the dead record is deleted, so a call
-// is replayed once. It returns the new call's id.
+// with the same arguments and metadata (plus any [WithMetadata] in opts)
+// and [MetadataReplayOf], a new id (unless [WithCallID] gives one) and a
+// new deadline (from opts, else the usual default). It is checked against
+// the tool's current spec like any call. Once the new call is accepted the
+// dead record is deleted, so a call is replayed once. It returns the new
+// call's id.
 func (d *Dispatcher) Replay(ctx context.Context, seq uint64, opts ...CallOption) (string, error) {
 	m, err := d.dead.GetMsg(ctx, seq)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -74,12 +76,18 @@ func (d *Dispatcher) Replay(ctx context.Context, seq uint64, opts ...CallOption)
 	if err := json.Unmarshal(m.Data, &dc); err != nil {
 		return "", fmt.Errorf("dispatcher: replay %d: decode the dead call: %w", seq, err)
 	}
-	meta := maps.Clone(dc.Call.Metadata)
-	if meta == nil {
-		meta = map[string]string{}
-	}
-	meta[MetadataReplayOf] = dc.Call.ID
-	opts = append([]CallOption{WithMetadata(meta)}, opts...)
+	// The dead call's metadata, then the caller's (a WithMetadata among
+	// opts adds to it rather than replacing it), and always the mark of
+	// the replay.
+	opts = append(slices.Clip(opts), func(o *callOptions) {
+		meta := maps.Clone(dc.Call.Metadata)
+		if meta == nil {
+			meta = map[string]string{}
+		}
+		maps.Copy(meta, o.metadata)
+		meta[MetadataReplayOf] = dc.Call.ID
+		o.metadata = meta
+	})
 	id, err := d.Submit(ctx, dc.Call.Name, dc.Call.Arguments, opts...)
 	if err != nil {
 		return "", fmt.Errorf("dispatcher: replay %q: %w", dc.Call.ID, err)

@@ -338,7 +338,8 @@ func TestWorkerLostPastMaxDeliverAndReplay(t *testing.T) {
 	}
 
 	dead, _ := e.d.DeadCalls(t.Context(), "fragile", 0)
-	newID, err := e.d.Replay(t.Context(), dead[0].Seq, dispatcher.WithTimeout(10*time.Second))
+	newID, err := e.d.Replay(t.Context(), dead[0].Seq, dispatcher.WithTimeout(10*time.Second),
+		dispatcher.WithMetadata(map[string]string{"replayed_by": "ops"}))
 	if err != nil || newID == id || newID == "" {
 		t.Fatalf("Replay = %q, %v", newID, err)
 	}
@@ -348,7 +349,7 @@ func TestWorkerLostPastMaxDeliverAndReplay(t *testing.T) {
 	mu.Lock()
 	info, ok := ran[newID]
 	mu.Unlock()
-	if !ok || info.Metadata[dispatcher.MetadataReplayOf] != id || info.Metadata["requester"] != "agent-7" || info.Attempt != 1 {
+	if !ok || info.Metadata[dispatcher.MetadataReplayOf] != id || info.Metadata["requester"] != "agent-7" || info.Metadata["replayed_by"] != "ops" || info.Attempt != 1 {
 		t.Errorf("replayed call ran as %+v (%t)", info, ok)
 	}
 	if left, err := e.d.DeadCalls(t.Context(), "", 0); err != nil || len(left) != 0 {
@@ -713,5 +714,45 @@ func TestFirstResultWins(t *testing.T) {
 		if r, err := d.Wait(waitCtx(t, 5*time.Second), "stored-twice"); err != nil || r.Content != "first" {
 			t.Errorf("Wait(stored twice) = %+v, %v", r, err)
 		}
+	}
+}
+
+// TestConcurrentCallsWithOneIDShareTheResult makes the same call (one model
+// call id) twice at once on one instance, as a caller retrying a Call that
+// is still in flight would: both get the one execution's result.
+func TestConcurrentCallsWithOneIDShareTheResult(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	g := newGate()
+	e.startWorker(worker.Config{}, g.tool("slowpoke"))
+	const id = "toolu_inflight"
+	results := make(chan windlass.ToolResult, 2)
+	call := func() {
+		r, err := e.d.Call(t.Context(), "slowpoke", map[string]string{"text": "once"}, dispatcher.WithCallID(id), dispatcher.WithTimeout(20*time.Second))
+		if err != nil {
+			t.Errorf("Call = %v", err)
+		}
+		results <- r
+	}
+	go call()
+	g.waitStarted(t, id)
+	go call()
+	// The second call is in flight too before the tool finishes: it waits
+	// for the same answer (an early refusal would arrive here first).
+	got := 0
+	select {
+	case r := <-results:
+		t.Errorf("a Call returned while the tool still ran: %+v", r)
+		got++
+	case <-time.After(300 * time.Millisecond):
+	}
+	close(g.release)
+	for ; got < 2; got++ {
+		if r := <-results; r.IsError || r.Content != "released once" || r.CallID != id {
+			t.Errorf("Call = %+v", r)
+		}
+	}
+	if runs := g.runs(); len(runs) != 1 {
+		t.Errorf("ran %d times: %v", len(runs), runs)
 	}
 }

@@ -460,33 +460,52 @@ func TestCallPastMaxDeliverIsAnsweredWorkerLost(t *testing.T) {
 }
 
 // TestRedeliveredCallWithAResultIsAckedWithoutRunning redelivers a call
-// whose result is already in the results stream (its first worker answered
+// whose result is already in the results stream (its last worker answered
 // and was lost before its ack landed): the worker acks it without running
-// the tool and publishes nothing.
+// the tool and publishes nothing, also when that redelivery is past
+// MaxDeliver: the call was answered, so it is not dead.
 func TestRedeliveredCallWithAResultIsAckedWithoutRunning(t *testing.T) {
 	t.Parallel()
-	b := newBench(t)
-	var rec executions
-	tool := failing("once", &rec, func(int) error { return nil })
-	cons := b.createConsumer("once", 300*time.Millisecond)
-	seq := b.publishSeq(windlass.ToolCall{ID: "answered", Name: "once", Arguments: json.RawMessage(`{}`)})
-	b.takeAndLose(cons, "answered")
-	b.publishResult(windlass.ToolResult{CallID: "answered", Name: "once", Content: "from the lost worker", Attempt: 1, Worker: "lost"})
-	if r := b.result(5 * time.Second); r.Content != "from the lost worker" {
-		t.Fatalf("first result = %+v", r)
+	const maxDeliver = 2
+	tests := []struct {
+		name string
+		lost int // deliveries taken by lost workers; the last one answered
+	}{
+		{name: "second delivery", lost: 1},
+		{name: "delivery past MaxDeliver", lost: maxDeliver},
 	}
-	w, _ := b.start(worker.Config{AckWait: 300 * time.Millisecond}, tool)
-	b.waitFor(5*time.Second, "redelivery acked", func() bool { return w.Stats().AlreadyAnswered == 1 })
-	b.callGone("once", seq)
-	b.noResult(200 * time.Millisecond)
-	if n := rec.count(); n != 0 {
-		t.Errorf("the tool ran %d times for a call already answered", n)
-	}
-	if s := w.Stats(); s.Completed != 0 || s.Failed != 0 || s.DuplicateResults != 0 {
-		t.Errorf("stats = %+v", s)
-	}
-	if stored, ok := b.storedResult("answered"); !ok || stored.Content != "from the lost worker" {
-		t.Errorf("stored result = %+v (%t)", stored, ok)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := newBench(t)
+			var rec executions
+			tool := failing("once", &rec, func(int) error { return nil })
+			cons := b.createConsumer("once", 300*time.Millisecond)
+			seq := b.publishSeq(windlass.ToolCall{ID: "answered", Name: "once", Arguments: json.RawMessage(`{}`)})
+			for range tt.lost {
+				b.takeAndLose(cons, "answered")
+			}
+			b.publishResult(windlass.ToolResult{CallID: "answered", Name: "once", Content: "from the lost worker", Attempt: tt.lost, Worker: "lost"})
+			if r := b.result(5 * time.Second); r.Content != "from the lost worker" {
+				t.Fatalf("first result = %+v", r)
+			}
+			w, _ := b.start(worker.Config{AckWait: 300 * time.Millisecond, MaxDeliver: maxDeliver}, tool)
+			b.waitFor(5*time.Second, "redelivery acked", func() bool { return w.Stats().AlreadyAnswered == 1 })
+			b.callGone("once", seq)
+			b.noResult(200 * time.Millisecond)
+			if n := rec.count(); n != 0 {
+				t.Errorf("the tool ran %d times for a call already answered", n)
+			}
+			if s := w.Stats(); s.Completed != 0 || s.Failed != 0 || s.DuplicateResults != 0 || s.Dead != 0 {
+				t.Errorf("stats = %+v", s)
+			}
+			if dc, dead := b.deadCall("once", "answered"); dead {
+				t.Errorf("an answered call was recorded dead: %+v", dc)
+			}
+			if stored, ok := b.storedResult("answered"); !ok || stored.Content != "from the lost worker" {
+				t.Errorf("stored result = %+v (%t)", stored, ok)
+			}
+		})
 	}
 }
 

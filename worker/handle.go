@@ -106,19 +106,21 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg, t *registered, l
 	hb := w.startHeartbeat(msg, call)
 	defer hb.stop()
 
-	if call.Attempt > w.cfg.MaxDeliver {
-		// Every earlier delivery was lost with its worker: do not risk a
-		// worker on it again.
-		w.bury(ctx, msg, call, origin, log)
-		return
-	}
 	if call.Attempt > 1 && w.answered(ctx, call.ID) {
 		// Its earlier worker published the result but was lost (or paused
 		// past the ack wait) before its ack landed: the caller has its
 		// answer; running the call again would only repeat its effects.
+		// Checked first: an answered call is not dead, however many
+		// deliveries it took.
 		log.Info("worker: redelivered call already answered; acking without running")
 		w.stats.alreadyAnswered.Add(1)
 		w.settle(ctx, msg, ack, nil, origin, log)
+		return
+	}
+	if call.Attempt > w.cfg.MaxDeliver {
+		// Every earlier delivery was lost with its worker: do not risk a
+		// worker on it again.
+		w.bury(ctx, msg, call, origin, log)
 		return
 	}
 
