@@ -38,7 +38,7 @@ const (
 
 // Approval is what the approval service reports of a held call.
 type Approval struct {
-	// Status is pending, approved, rejected or expired.
+	// Status is pending, approved, rejected, expired or canceled.
 	Status string `json:"status"`
 	// ExpiresAt is when the approval window lapses.
 	ExpiresAt time.Time `json:"expires_at"`

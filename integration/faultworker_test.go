@@ -26,7 +26,7 @@ const (
 	faultWorkerEnv  = "WINDLASS_FAULT_WORKER" // the worker's id
 	faultNATSEnv    = "WINDLASS_FAULT_NATS_URL"
 	faultRedisEnv   = "WINDLASS_FAULT_REDIS_ADDR"
-	faultExecLogEnv = "WINDLASS_FAULT_EXEC_LOG" // file the tool appends one line to per finished execution
+	faultExecLogEnv = "WINDLASS_FAULT_EXEC_LOG" // file the tool appends a line to as each execution starts and finishes
 	faultAckWaitEnv = "WINDLASS_FAULT_ACK_WAIT"
 	faultTTLEnv     = "WINDLASS_FAULT_REGISTRY_TTL"
 )
@@ -37,11 +37,18 @@ type workArgs struct {
 	MS int `json:"ms" jsonschema:"minimum=0,maximum=600000"`
 }
 
-// workTool sleeps for the asked time (or until its context ends), then
-// appends "<call id> <attempt> <worker>" to the execution log: a line is an
-// execution that finished, whether or not its result reached anyone.
+// workTool appends "start <call id> <attempt> <worker>" to the execution
+// log, sleeps for the asked time (or until its context ends), then appends
+// the same line with "done": an execution that finished, whether or not its
+// result reached anyone.
 func workTool(workerID string, execLog *os.File) windlass.Tool {
 	return windlass.MustFunc("work", func(ctx context.Context, in workArgs) (string, error) {
+		info, _ := windlass.CallInfoFromContext(ctx)
+		// One write call per line: O_APPEND keeps lines whole across the
+		// processes and a SIGKILL.
+		if _, err := fmt.Fprintf(execLog, "start %s %d %s\n", info.ID, info.Attempt, workerID); err != nil {
+			return "", fmt.Errorf("record the execution: %w", err)
+		}
 		t := time.NewTimer(time.Duration(in.MS) * time.Millisecond)
 		defer t.Stop()
 		select {
@@ -49,10 +56,7 @@ func workTool(workerID string, execLog *os.File) windlass.Tool {
 		case <-ctx.Done():
 			return "", ctx.Err()
 		}
-		info, _ := windlass.CallInfoFromContext(ctx)
-		// One write call per line: O_APPEND keeps lines whole across the
-		// processes and a SIGKILL.
-		if _, err := fmt.Fprintf(execLog, "%s %d %s\n", info.ID, info.Attempt, workerID); err != nil {
+		if _, err := fmt.Fprintf(execLog, "done %s %d %s\n", info.ID, info.Attempt, workerID); err != nil {
 			return "", fmt.Errorf("record the execution: %w", err)
 		}
 		return "done " + info.ID, nil

@@ -337,8 +337,15 @@ func (w *Worker) ensureConsumer(ctx context.Context, t *registered) (jetstream.C
 // shutdown grace is over.
 var errShutdown = errors.New("worker: shutting down")
 
-// fetchWait bounds one pull request; a new one follows at once.
-const fetchWait = 5 * time.Second
+// maxFetchWait bounds one pull request; a new one follows at once.
+const maxFetchWait = 5 * time.Second
+
+// fetchWait is how long one pull request stays open on the server: at most
+// half the ack wait, so that the open pull request of a worker that stalls
+// (paused, swapped out) has expired before its calls are redelivered;
+// otherwise the server could hand a redelivery to that same stalled
+// worker, and the call would wait another ack wait.
+func (w *Worker) fetchWait() time.Duration { return min(maxFetchWait, w.cfg.AckWait/2) }
 
 // pull feeds one tool's calls to handlers until ctx ends. It pulls only as
 // many calls as it has free slots (per tool and per process), so no call
@@ -371,7 +378,7 @@ func (w *Worker) pull(ctx, runCtx context.Context, cons jetstream.Consumer, t *r
 			}
 			n++
 		}
-		fetchCtx, cancel := context.WithTimeout(ctx, fetchWait)
+		fetchCtx, cancel := context.WithTimeout(ctx, w.fetchWait())
 		batch, err := cons.Fetch(n, jetstream.FetchContext(fetchCtx))
 		used := 0
 		if err == nil {
