@@ -373,9 +373,11 @@ func TestCancel(t *testing.T) {
 		// and the worker that ends up with it.
 		run func(t *testing.T, e *env, g *gate) (id string, w *worker.Worker)
 		// ranOnce: the canceled call had started before it was canceled.
-		// Then the worker's canceled answer may be the first one stored:
-		// it races Cancel's own.
 		ranOnce bool
+		// settled tells, from the stats of the worker that ends up with
+		// the call, that it dealt with the canceled call. Default: it
+		// answered canceled, its answer dropped as the second one.
+		settled func(worker.Stats) bool
 	}{
 		{
 			name: "queued, no worker running",
@@ -439,6 +441,45 @@ func TestCancel(t *testing.T) {
 				return id, w
 			},
 			ranOnce: true,
+			// The worker's canceled answer may be the first one stored:
+			// it races Cancel's own.
+			settled: func(s worker.Stats) bool { return s.Canceled == 1 },
+		},
+		{
+			name: "backing off before a retry",
+			run: func(t *testing.T, e *env, g *gate) (string, *worker.Worker) {
+				var attempts atomic.Int64
+				flaky := windlass.MustFunc("gated", func(ctx context.Context, _ struct{}) (string, error) {
+					info, _ := windlass.CallInfoFromContext(ctx)
+					attempts.Add(1)
+					g.mu.Lock()
+					g.ran = append(g.ran, info.ID)
+					g.mu.Unlock()
+					return "", windlass.Retryable(errors.New("try later"))
+				})
+				w, _ := e.startWorker(worker.Config{}, flaky, worker.WithRetry(worker.RetryPolicy{MaxAttempts: 3, InitialBackoff: time.Second}))
+				id, err := e.d.Submit(t.Context(), "gated", nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				eventually(t, 5*time.Second, "retrying", func() bool {
+					st, err := e.d.Status(t.Context(), id)
+					return err == nil && st.State == dispatcher.StateRetrying
+				})
+				if err := e.d.Cancel(t.Context(), id, reason); err != nil {
+					t.Fatalf("Cancel = %v", err)
+				}
+				expectCanceled(t, e.d, id, reason)
+				// The retry is delivered after the backoff and finds the
+				// call answered: acked without running again.
+				eventually(t, 10*time.Second, "the retry acked unrun", func() bool { return w.Stats().AlreadyAnswered == 1 })
+				if n := attempts.Load(); n != 1 {
+					t.Errorf("the tool ran %d times, want only the first attempt", n)
+				}
+				return id, w
+			},
+			ranOnce: true,
+			settled: func(s worker.Stats) bool { return s.AlreadyAnswered == 1 && s.Retried == 1 && s.Dead == 0 },
 		},
 	}
 	for _, tt := range tests {
@@ -449,10 +490,11 @@ func TestCancel(t *testing.T) {
 			id, w := tt.run(t, e, g)
 			// The worker that ends up with the call answers it canceled;
 			// that answer is dropped as the call's second one.
-			eventually(t, 10*time.Second, "the worker answered the call canceled", func() bool {
-				s := w.Stats()
-				return s.Canceled == 1 && (s.DuplicateResults == 1 || tt.ranOnce)
-			})
+			settled := tt.settled
+			if settled == nil {
+				settled = func(s worker.Stats) bool { return s.Canceled == 1 && s.DuplicateResults == 1 }
+			}
+			eventually(t, 10*time.Second, "the worker settled the canceled call", func() bool { return settled(w.Stats()) })
 			e.callsQueueEmpties()
 			if ran := slices.Contains(g.runs(), id); ran != tt.ranOnce {
 				t.Errorf("the canceled call ran: %t, want %t (runs %v)", ran, tt.ranOnce, g.runs())
