@@ -33,6 +33,10 @@ type Spec struct {
 	// RequiresApproval makes every call wait for a human's approval before
 	// it runs. Use it for tools that spend money or change the world.
 	RequiresApproval bool
+	// Hints are the tool's optional risk hints (read-only, destructive,
+	// idempotent, open-world). Nil (or all unset) means none stated; they
+	// are part of the spec's JSON and hash only when set.
+	Hints *ToolHints
 }
 
 // ValidateName reports whether name is a valid tool name. The error names the
@@ -98,6 +102,7 @@ type specJSON struct {
 	Parameters       map[string]any `json:"parameters"`
 	TimeoutMS        int64          `json:"timeout_ms"`
 	RequiresApproval bool           `json:"requires_approval"`
+	Hints            *ToolHints     `json:"hints,omitempty"`
 }
 
 // MarshalJSON encodes the spec with its defaults filled in, in the form
@@ -110,6 +115,7 @@ func (s Spec) MarshalJSON() ([]byte, error) {
 		Parameters:       d.Parameters,
 		TimeoutMS:        d.Timeout.Milliseconds(),
 		RequiresApproval: d.RequiresApproval,
+		Hints:            d.hints(),
 	})
 }
 
@@ -128,12 +134,25 @@ func (s *Spec) UnmarshalJSON(b []byte) error {
 		Parameters:       w.Parameters,
 		Timeout:          time.Duration(w.TimeoutMS) * time.Millisecond,
 		RequiresApproval: w.RequiresApproval,
+		Hints:            w.Hints,
+	}
+	if s.Hints.IsZero() {
+		s.Hints = nil
 	}
 	return nil
 }
 
+// hints returns the spec's hints, or nil when none is stated.
+func (s Spec) hints() *ToolHints {
+	if s.Hints.IsZero() {
+		return nil
+	}
+	return s.Hints
+}
+
 // Hash returns a short, stable fingerprint of everything in the spec a model
-// or a worker depends on (name, description, parameters, timeout, approval):
+// or a worker depends on (name, description, parameters, timeout, approval,
+// hints when stated):
 // the hex SHA-256 of its canonical JSON, truncated to 16 bytes. Two specs with
 // the same hash are interchangeable; the fleet uses it to detect a caller
 // and a worker that disagree on a tool's schema.
