@@ -242,6 +242,24 @@ func (ff *faultFleet) dispatcher() (*dispatcher.Dispatcher, *answerCounter) {
 	return d, ac
 }
 
+// waitQueueEmpty waits until the calls stream holds no message: every call
+// was acked or terminated, none left behind.
+func (ff *faultFleet) waitQueueEmpty(within time.Duration) {
+	ff.t.Helper()
+	js, err := jetstream.New(ff.nats.Connect(ff.t))
+	if err != nil {
+		ff.t.Fatal(err)
+	}
+	waitFor(ff.t, within, "the work queue emptied", func() bool {
+		s, err := js.Stream(ff.t.Context(), layout.CallsStream)
+		if err != nil {
+			return false
+		}
+		info, err := s.Info(ff.t.Context())
+		return err == nil && info.State.Msgs == 0
+	})
+}
+
 // answerCounter counts the answers published to a dispatcher, by call id.
 type answerCounter struct {
 	mu sync.Mutex
@@ -424,19 +442,7 @@ func (ff *faultFleet) report(scenario string, faults int, d *dispatcher.Dispatch
 				scenario, rec.id, r.Content, r.Worker, r.Attempt, stored.Content, stored.Worker, stored.Attempt, err)
 		}
 	}
-	// Nothing stays behind in the work queue.
-	js, err := jetstream.New(ff.nats.Connect(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 30*time.Second, "the work queue emptied", func() bool {
-		s, err := js.Stream(t.Context(), layout.CallsStream)
-		if err != nil {
-			return false
-		}
-		info, err := s.Info(t.Context())
-		return err == nil && info.State.Msgs == 0
-	})
+	ff.waitQueueEmpty(30 * time.Second) // nothing stays behind in the work queue
 	t.Logf("FAULT %s", rep)
 	if out := os.Getenv("WINDLASS_FAULT_REPORT"); out != "" {
 		if f, err := os.OpenFile(out, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644); err == nil {
@@ -631,18 +637,7 @@ func TestFaultWorkerPausedPastAckWait(t *testing.T) {
 	if log := ff.workerLog(paused); !strings.Contains(log, "duplicate_results=1") {
 		t.Errorf("the resumed worker did not count its stale answer as a duplicate:\n%s", log)
 	}
-	js, err := jetstream.New(ff.nats.Connect(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 10*time.Second, "the work queue emptied", func() bool {
-		s, err := js.Stream(t.Context(), layout.CallsStream)
-		if err != nil {
-			return false
-		}
-		info, err := s.Info(t.Context())
-		return err == nil && info.State.Msgs == 0
-	})
+	ff.waitQueueEmpty(10 * time.Second)
 	t.Logf("FAULT worker paused past the ack wait: 1 call, 2 executions (%s stale, %s new), answered once to the caller by attempt %d after %s, 1 stale answer dropped as a duplicate; the resumed worker's %s",
 		paused, other, r.Attempt, answeredAfter.Round(time.Millisecond), statsLine(ff.workerLog(paused)))
 }
