@@ -1,0 +1,160 @@
+package mcpserver_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/windlass-dev/windlass"
+	"github.com/windlass-dev/windlass/approval"
+	"github.com/windlass-dev/windlass/approval/release"
+	"github.com/windlass-dev/windlass/dispatcher/mcpserver"
+	"github.com/windlass-dev/windlass/worker"
+)
+
+type payArgs struct {
+	To     string  `json:"to"`
+	Amount float64 `json:"amount"`
+}
+
+// approvals is a running approval service with one reviewer, alice.
+type approvals struct {
+	t     *testing.T
+	url   string
+	token string
+}
+
+// startApprovals starts the approval service on f and returns it with the
+// worker config that verifies its releases.
+func (f *fleet) startApprovals() (*approvals, worker.Config) {
+	f.t.Helper()
+	priv, _, err := release.GenerateKey()
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	key, err := release.ParsePrivateKey(priv)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	signer := release.NewSigner(key)
+	pub, err := release.ParsePublicKey(signer.PublicKey())
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	tok := approval.NewToken()
+	svc, err := approval.New(approval.Config{Conn: f.nats.Connect(f.t), Redis: f.redis.Client(f.t), Registry: f.reg, Signer: signer,
+		Reviewers: []approval.Reviewer{{Name: "alice", TokenSHA256: approval.HashToken(tok)}}})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = svc.Run(ctx) })
+	api := httptest.NewServer(svc.Handler())
+	f.t.Cleanup(func() { api.Close(); cancel(); wg.Wait() })
+	return &approvals{t: f.t, url: api.URL, token: tok},
+		worker.Config{Releases: release.NewVerifier(pub), Ledger: release.NewLedger(f.redis.Client(f.t), "")}
+}
+
+// do sends an API request as alice and decodes the answer.
+func (a *approvals) do(method, path string, body any) (int, map[string]any) {
+	a.t.Helper()
+	var rd bytes.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd.Reset(b)
+	}
+	req, err := http.NewRequest(method, a.url+path, &rd)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Authorization", "Bearer "+a.token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	_ = json.NewDecoder(resp.Body).Decode(&out)
+	return resp.StatusCode, out
+}
+
+// approveOne waits for the one pending call of tool and approves it.
+func (a *approvals) approveOne(tool string) {
+	a.t.Helper()
+	var held map[string]any
+	waitFor(a.t, 30*time.Second, "a held call of "+tool, func() bool {
+		code, body := a.do("GET", "/v1/approvals?status=pending&tool="+tool, nil)
+		items, _ := body["items"].([]any)
+		if code != http.StatusOK || len(items) == 0 {
+			return false
+		}
+		held, _ = items[0].(map[string]any)
+		return held != nil
+	})
+	code, body := a.do("POST", fmt.Sprintf("/v1/approvals/%s/approve", held["id"]), map[string]any{"args_hash": held["args_hash"]})
+	if code != http.StatusOK || body["status"] != "approved" {
+		a.t.Fatalf("approve = %d %v", code, body)
+	}
+}
+
+func TestGatedToolAfterApproval(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t)
+	apr, wcfg := f.startApprovals()
+	var runs atomic.Int64
+	pay := windlass.MustFunc("pay", func(ctx context.Context, in payArgs) (string, error) {
+		runs.Add(1)
+		return fmt.Sprintf("paid %.2f to %s", in.Amount, in.To), nil
+	}, windlass.WithApproval())
+	f.startWorker(wcfg, pay)
+	progress := make(chan *mcp.ProgressNotificationParams, 16)
+	cs := connect(t, serve(t, mcpserver.Config{Dispatcher: f.dispatcher()}), &mcp.ClientOptions{
+		ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+			select {
+			case progress <- req.Params:
+			default:
+			}
+		},
+	})
+	if a := listTools(t, cs)["pay"].Annotations; a == nil || a.ReadOnlyHint || a.DestructiveHint == nil || !*a.DestructiveHint {
+		t.Errorf("pay's annotations = %+v, want destructive, not read-only", a)
+	}
+
+	type outcome struct {
+		res *mcp.CallToolResult
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		defer cancel()
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "pay", Arguments: payArgs{To: "bob", Amount: 5}, Meta: mcp.Meta{"progressToken": 7}})
+		done <- outcome{res, err}
+	}()
+	select {
+	case p := <-progress:
+		if p.Progress != 0 || p.Message != "waiting for a person's approval" {
+			t.Errorf("first progress = %+v, want 0 waiting for approval", p)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no waiting-for-approval progress")
+	}
+	apr.approveOne("pay")
+	o := <-done
+	if o.err != nil || o.res.IsError || text(o.res) != "paid 5.00 to bob" || runs.Load() != 1 {
+		t.Fatalf("result = %+v (%q), %v; runs %d", o.res, text(o.res), o.err, runs.Load())
+	}
+}

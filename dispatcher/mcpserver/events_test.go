@@ -1,0 +1,147 @@
+package mcpserver_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/windlass-dev/windlass"
+	"github.com/windlass-dev/windlass/dispatcher/mcpserver"
+	"github.com/windlass-dev/windlass/worker"
+)
+
+func TestProgressNotifications(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t)
+	proceed := make(chan struct{})
+	slow := windlass.MustFunc("slow", func(ctx context.Context, in struct{}) (string, error) {
+		windlass.ReportProgress(ctx, 0.5, "halfway")
+		select {
+		case <-proceed:
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+		return "done", nil
+	})
+	f.startWorker(worker.Config{}, slow)
+	progress := make(chan *mcp.ProgressNotificationParams, 16)
+	cs := connect(t, serve(t, mcpserver.Config{Dispatcher: f.dispatcher()}), &mcp.ClientOptions{
+		ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+			select {
+			case progress <- req.Params:
+			default:
+			}
+		},
+	})
+	type outcome struct {
+		res *mcp.CallToolResult
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "slow", Meta: mcp.Meta{"progressToken": "tok-1"}})
+		done <- outcome{res, err}
+	}()
+	select {
+	case p := <-progress:
+		if p.ProgressToken != "tok-1" || p.Progress != 0.5 || p.Total != 1 || p.Message != "halfway" {
+			t.Errorf("progress = %+v, want token tok-1, 0.5 of 1, halfway", p)
+		}
+	case o := <-done:
+		t.Fatalf("the call finished before any progress: %+v %v", o.res, o.err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("no progress notification within 30s")
+	}
+	close(proceed)
+	o := <-done
+	if o.err != nil || o.res.IsError || text(o.res) != "done" {
+		t.Fatalf("result = %+v, %v", o.res, o.err)
+	}
+}
+
+func TestCancellationPassesThrough(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t)
+	started := make(chan struct{}, 1)
+	causes := make(chan error, 1)
+	block := windlass.MustFunc("block", func(ctx context.Context, in struct{}) (string, error) {
+		started <- struct{}{}
+		<-ctx.Done()
+		causes <- context.Cause(ctx)
+		return "", ctx.Err()
+	})
+	f.startWorker(worker.Config{}, block)
+	cs := connect(t, serve(t, mcpserver.Config{Dispatcher: f.dispatcher()}), nil)
+
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	errs := make(chan error, 1)
+	go func() {
+		_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "block"})
+		errs <- err
+	}()
+	select {
+	case <-started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the tool never started")
+	}
+	cancel()
+	if err := <-errs; !errors.Is(err, context.Canceled) {
+		t.Errorf("CallTool after cancel = %v, want context.Canceled", err)
+	}
+	select {
+	case cause := <-causes:
+		if !errors.Is(cause, windlass.ErrCallCanceled) {
+			t.Errorf("the tool's context ended with %v, want windlass.ErrCallCanceled (canceled in the fleet)", cause)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the running tool was not canceled within 30s")
+	}
+	// The session is still usable.
+	if _, err := cs.ListTools(t.Context(), nil); err != nil {
+		t.Errorf("ListTools after a cancellation: %v", err)
+	}
+}
+
+func TestToolListChanged(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t)
+	f.startWorker(worker.Config{}, basicTools()...)
+	var mu sync.Mutex
+	notified := 0
+	cs := connect(t, serve(t, mcpserver.Config{Dispatcher: f.dispatcher()}), &mcp.ClientOptions{
+		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
+			mu.Lock()
+			notified++
+			mu.Unlock()
+		},
+	})
+	count := func() int { mu.Lock(); defer mu.Unlock(); return notified }
+	if tools := listTools(t, cs); tools["late"] != nil {
+		t.Fatal("late listed before its worker started")
+	}
+
+	late := windlass.MustFunc("late", func(ctx context.Context, in struct{}) (string, error) { return "here", nil })
+	stop := f.startWorker(worker.Config{}, late)
+	waitFor(t, 30*time.Second, "a list-changed notification after a worker with a new tool started", func() bool { return count() >= 1 })
+	if tools := listTools(t, cs); tools["late"] == nil || len(tools) != 4 {
+		t.Fatalf("tools after the notification = %v, want late among 4", tools)
+	}
+	res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "late"})
+	if err != nil || text(res) != "here" {
+		t.Fatalf("call late = %v, %v", res, err)
+	}
+
+	before := count()
+	stop() // withdraws: the tool has no live worker
+	waitFor(t, 30*time.Second, "a list-changed notification after the tool's only worker stopped", func() bool { return count() > before })
+	if tools := listTools(t, cs); tools["late"] != nil || len(tools) != 3 {
+		t.Fatalf("tools after the worker stopped = %v, want the 3 others", tools)
+	}
+}
