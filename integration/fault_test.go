@@ -53,8 +53,11 @@ func faultSize() faultScale {
 }
 
 // faultAckWait is the workers' ack wait: a killed worker's calls are
-// redelivered this long after its last in-progress signal.
-const faultAckWait = 2 * time.Second
+// redelivered this long after its last in-progress signal. It is not the
+// kill period (2 s): with both equal, a redelivered call would be running
+// at the very moment of the next kill, again and again, until its
+// deliveries ran out (seen: worker_lost after 5 kills of the same call).
+const faultAckWait = 1500 * time.Millisecond
 
 // faultFleet is a fleet whose workers are processes.
 type faultFleet struct {

@@ -142,6 +142,11 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg, t *registered, l
 	defer cancel(nil)
 	rec, canceled := w.cancels.start(token, cancel)
 	defer w.cancels.finish(token)
+	if !canceled && time.Since(meta.Timestamp) > cancelCheckAfter {
+		getCtx, stop := context.WithTimeout(ctx, 2*time.Second)
+		rec, canceled = w.checkCancellation(getCtx, call.ID)
+		stop()
+	}
 	if canceled {
 		log.Info("worker: call was canceled before it started; answering canceled")
 		w.stats.canceled.Add(1)
@@ -150,7 +155,7 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg, t *registered, l
 		w.settle(ctx, msg, ack, &r, origin, log)
 		return
 	}
-	hb.watch(cancel)
+	hb.watch()
 	w.publishEvent(call, windlass.Event{Kind: windlass.EventStarted, Attempt: call.Attempt})
 
 	result := windlass.Invoke(windlass.ContextWithProgress(callCtx, hb.report), t.tool, call)
@@ -187,6 +192,29 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg, t *registered, l
 		}
 	}
 	w.settle(ctx, msg, ack, &result, origin, log)
+}
+
+// cancelCheckAfter is the queue wait past which a call is looked up in the
+// cancels stream itself before it starts. The follower of the stream may
+// lag (a loaded machine); a call that waited a while may have been canceled
+// meanwhile. A call pulled within this time of its publish is not looked
+// up, which keeps the direct get off the fast path: a cancellation made in
+// that instant reaches the tool as a canceled context instead.
+const cancelCheckAfter = 20 * time.Millisecond
+
+// checkCancellation looks a call up in the cancels stream and records what
+// it finds, which also cancels the call if it runs here. When the stream
+// cannot say, the call is taken as not canceled: the follower and the
+// heartbeat still bring a cancellation to it.
+func (w *Worker) checkCancellation(ctx context.Context, callID string) (windlass.Cancellation, bool) {
+	if w.cancelsStream == nil {
+		return windlass.Cancellation{}, false
+	}
+	rec, ok := w.readCancellation(ctx, callID)
+	if ok {
+		w.cancels.add(layout.CallToken(callID), rec)
+	}
+	return rec, ok
 }
 
 // retryDelay reports whether a failed attempt is retried, and after how

@@ -9,7 +9,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/windlass-dev/windlass"
-	"github.com/windlass-dev/windlass/internal/layout"
 )
 
 // heartbeat is a delivered call's one periodic signal. Every tick it hands
@@ -18,11 +17,11 @@ import (
 // progress (so it is not redelivered while its worker lives) and looks for
 // a cancellation this worker may have missed, which it brings to the tool.
 type heartbeat struct {
-	w      *Worker
-	msg    jetstream.Msg
-	call   windlass.ToolCall
-	latest atomic.Pointer[windlass.Progress]
-	cancel atomic.Pointer[context.CancelCauseFunc]
+	w       *Worker
+	msg     jetstream.Msg
+	call    windlass.ToolCall
+	latest  atomic.Pointer[windlass.Progress]
+	running atomic.Bool // the tool runs: a cancellation found reaches it
 
 	stopOnce sync.Once
 	done     chan struct{}
@@ -40,7 +39,7 @@ func (h *heartbeat) report(p windlass.Progress) { h.latest.Store(&p) }
 
 // watch makes the heartbeat cancel the running tool when it finds the call
 // canceled.
-func (h *heartbeat) watch(cancel context.CancelCauseFunc) { h.cancel.Store(&cancel) }
+func (h *heartbeat) watch() { h.running.Store(true) }
 
 func (h *heartbeat) run() {
 	defer close(h.finished)
@@ -69,19 +68,16 @@ func (h *heartbeat) run() {
 	}
 }
 
-// checkCanceled asks the cancels stream whether the call was canceled, in
-// case the worker's follower missed it (cut off from NATS for a while).
+// checkCanceled asks the cancels stream whether the running call was
+// canceled, in case the worker's follower missed it (cut off from NATS for
+// a while); a cancellation found cancels the call's context.
 func (h *heartbeat) checkCanceled() {
-	cancel := h.cancel.Load()
-	if cancel == nil || h.w.cancelsStream == nil {
-		return
+	if !h.running.Load() {
+		return // not running yet
 	}
 	ctx, stop := context.WithTimeout(context.Background(), h.w.cfg.Heartbeat)
 	defer stop()
-	if rec, ok := h.w.readCancellation(ctx, h.call.ID); ok {
-		h.w.cancels.add(layout.CallToken(h.call.ID), rec)
-		(*cancel)(windlass.CancelCause(rec.Reason))
-	}
+	h.w.checkCancellation(ctx, h.call.ID)
 }
 
 // stop ends the heartbeat and waits for it; it is safe to call twice.
