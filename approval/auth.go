@@ -3,10 +3,11 @@ package approval
 import (
 	"crypto/rand"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/hex"
 	"fmt"
 	"strings"
+
+	"github.com/windlass-dev/windlass/internal/bearer"
 )
 
 // Reviewer is a person allowed to decide on held calls. The service keeps
@@ -22,10 +23,7 @@ type Reviewer struct {
 func NewToken() string { return "wlr_" + strings.ToLower(rand.Text()) }
 
 // HashToken returns the hex SHA-256 of a token, the form Reviewer stores.
-func HashToken(token string) string {
-	sum := sha256.Sum256([]byte(token))
-	return hex.EncodeToString(sum[:])
-}
+func HashToken(token string) string { return bearer.Hash(token) }
 
 // ParseReviewer reads "name=<sha256 hex>", the form of --reviewer flags.
 func ParseReviewer(s string) (Reviewer, error) {
@@ -37,17 +35,12 @@ func ParseReviewer(s string) (Reviewer, error) {
 }
 
 type authenticator struct {
-	reviewers []reviewerHash
-}
-
-type reviewerHash struct {
-	name string
-	hash []byte
+	tokens *bearer.Set
 }
 
 func newAuthenticator(reviewers []Reviewer) (*authenticator, error) {
-	a := &authenticator{}
 	seen := map[string]bool{}
+	entries := make([]bearer.Entry, 0, len(reviewers))
 	for i, r := range reviewers {
 		h, err := hex.DecodeString(r.TokenSHA256)
 		switch {
@@ -59,23 +52,17 @@ func newAuthenticator(reviewers []Reviewer) (*authenticator, error) {
 			return nil, fmt.Errorf("approval: Config.Reviewers: %q appears twice", r.Name)
 		}
 		seen[r.Name] = true
-		a.reviewers = append(a.reviewers, reviewerHash{name: r.Name, hash: h})
+		entries = append(entries, bearer.Entry{Name: r.Name, SHA256: r.TokenSHA256})
 	}
-	return a, nil
+	tokens, err := bearer.NewSet(entries)
+	if err != nil {
+		return nil, fmt.Errorf("approval: Config.Reviewers: %w", err)
+	}
+	return &authenticator{tokens: tokens}, nil
 }
 
 // reviewer returns the reviewer whose token this is, comparing hashes in
 // constant time against every reviewer (no early exit).
 func (a *authenticator) reviewer(token string) (string, bool) {
-	if token == "" {
-		return "", false
-	}
-	sum := sha256.Sum256([]byte(token))
-	found := ""
-	for _, r := range a.reviewers {
-		if subtle.ConstantTimeCompare(sum[:], r.hash) == 1 {
-			found = r.name
-		}
-	}
-	return found, found != ""
+	return a.tokens.Lookup(token)
 }

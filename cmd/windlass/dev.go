@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/windlass-dev/windlass/approval"
 	"github.com/windlass-dev/windlass/approval/release"
 	"github.com/windlass-dev/windlass/dispatcher"
+	"github.com/windlass-dev/windlass/dispatcher/httpapi"
 	"github.com/windlass-dev/windlass/internal/demotools"
 	"github.com/windlass-dev/windlass/worker"
 )
@@ -25,6 +27,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	natsPort := intFlag(fs, "nats-port", -1, "port of the embedded NATS server (-1: a free port)")
 	dataDir := stringFlag(fs, "data-dir", "", "JetStream storage directory (default: a temporary directory, removed on exit)")
 	approvalListen := stringFlag(fs, "approval-listen", "127.0.0.1:0", "address of the approval service's API and dashboard (port 0: a free port)")
+	apiListen := stringFlag(fs, "api-listen", "127.0.0.1:0", "address of the dispatcher's HTTP API, open without API keys (port 0: a free port)")
 	a := approvalFlags(fs)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
@@ -131,12 +134,28 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	go func() { approvalDone <- serveApproval(approvalCtx, svc, ln) }()
 	defer func() { stopApproval(); <-approvalDone }()
 
+	// The dispatcher's HTTP API, as `windlass dispatcher` serves it; open:
+	// a dev fleet has no API keys.
+	api, err := httpapi.New(httpapi.Config{Dispatcher: d, Conn: nc, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return err
+	}
+	apiLn, err := net.Listen("tcp", *apiListen)
+	if err != nil {
+		return fmt.Errorf("--api-listen %s: %w", *apiListen, err)
+	}
+	apiURL := "http://" + apiLn.Addr().String()
+	apiCtx, stopAPI := context.WithCancel(context.WithoutCancel(ctx))
+	apiDone := make(chan error, 1)
+	go func() { apiDone <- serveAPI(apiCtx, api, apiLn, log) }()
+	defer func() { stopAPI(); <-apiDone }()
+
 	// Show it working: one call through the fleet before the banner.
 	check, err := selfCheck(ctx, d)
 	if err != nil {
 		return fmt.Errorf("self-check: %w", err)
 	}
-	remove, err := writeDiscovery(discovery{NATSURL: natsURL, RedisURL: redisURL, ApprovalURL: approvalURL, ReviewerToken: devToken, PID: os.Getpid()})
+	remove, err := writeDiscovery(discovery{NATSURL: natsURL, RedisURL: redisURL, ApprovalURL: approvalURL, APIURL: apiURL, ReviewerToken: devToken, PID: os.Getpid()})
 	if err != nil {
 		return fmt.Errorf("write %s: %w", discoveryPath(), err)
 	}
@@ -147,25 +166,30 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
   Redis     %s %s
   worker    %s serving echo, add, sleep, transfer_funds (requires approval)
   approval  %s/ (dashboard; reviewer "dev", token %s)
+  HTTP API  %s/v1/ (open: no API keys; OpenAPI at /v1/openapi.json)
   check     add {"a":1,"b":2} -> %s
   found by  %s
 
 From another terminal:
   go run ./cmd/windlass call add '{"a":1,"b":2}'
   go run ./cmd/windlass tools --style anthropic
+  curl -s -H 'Content-Type: application/json' -d '{"tool":"add","arguments":{"a":1,"b":2}}' %s/v1/calls
   go run ./cmd/windlass call transfer_funds '{"to":"bob","amount":5}'   # waits for a human:
     approve it on the dashboard above, or from a third terminal:
     go run ./cmd/windlass approvals list
     go run ./cmd/windlass approvals approve CALL_ID
 
 Press Ctrl-C to stop.
-`, natsURL, store, redisURL, redisNote, w.ID(), approvalURL, devToken, check, discoveryPath())
+`, natsURL, store, redisURL, redisNote, w.ID(), approvalURL, devToken, apiURL, check, discoveryPath(), apiURL)
 
 	select {
 	case <-ctx.Done():
 	case err := <-approvalDone:
 		approvalDone <- err
 		return fmt.Errorf("approval service stopped: %w", err)
+	case err := <-apiDone:
+		apiDone <- err
+		return fmt.Errorf("HTTP API stopped: %w", err)
 	case err := <-workerDone:
 		workerDone <- err
 		return fmt.Errorf("worker stopped: %w", err)

@@ -199,6 +199,7 @@ type discovery struct {
 	NATSURL       string `json:"nats_url"`
 	RedisURL      string `json:"redis_url"`
 	ApprovalURL   string `json:"approval_url,omitempty"`
+	APIURL        string `json:"api_url,omitempty"`
 	ReviewerToken string `json:"reviewer_token,omitempty"` // the dev reviewer's; the file is 0600
 	PID           int    `json:"pid"`
 }

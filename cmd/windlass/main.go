@@ -25,6 +25,7 @@ func commands() []command {
 	return []command{
 		{"dev", "run the whole fleet in one process: embedded NATS, Redis (or in-memory), a dispatcher and demo tools", runDev},
 		{"worker", "serve the demo tools against a NATS and a Redis", runWorker},
+		{"dispatcher", "serve the fleet's HTTP API (tools, calls, events; OpenAPI at /v1/openapi.json); also: dispatcher apikey [NAME]", runDispatcher},
 		{"call", "call a tool: windlass call TOOL JSON; prints the content (--async: prints the call id)", runCall},
 		{"watch", "follow a call's events until it finishes, then print its result: watch ID", runWatch},
 		{"status", "show where a call stands (state, tool, attempt, worker, progress, result): status ID", runStatus},
@@ -85,7 +86,7 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Commands:")
 	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Every flag falls back to an environment variable named after it: --nats-url")

@@ -41,6 +41,10 @@ func TestBadInputExitsTwo(t *testing.T) {
 		{"DeadReplayBadSeq", []string{"dead", "replay", "seven"}, `SEQ "seven" must be a positive integer`},
 		{"DeadReplayZeroSeq", []string{"dead", "replay", "0"}, `SEQ "0"`},
 		{"CallInvalidID", []string{"call", "echo", "{}", "--id", "a b"}, "--id"},
+		{"DispatcherUnknownArgument", []string{"dispatcher", "serve"}, `unknown argument "serve"`},
+		{"DispatcherRawAPIKey", []string{"dispatcher", "--api-keys", "wlk_notahash"}, "sha256"},
+		{"DispatcherMissingKeyFile", []string{"dispatcher", "--api-key-file", "/nonexistent/keys"}, "--api-key-file"},
+		{"DispatcherAPIKeyTwoNames", []string{"dispatcher", "apikey", "a", "b"}, "usage"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,303 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/windlass-dev/windlass"
+	"github.com/windlass-dev/windlass/dispatcher"
+)
+
+// CallRequest is the body of POST /v1/calls.
+type CallRequest struct {
+	// Tool is the tool's name. Required.
+	Tool string `json:"tool"`
+	// Arguments is a JSON object matching the tool's schema; absent or
+	// null is {}.
+	Arguments json.RawMessage `json:"arguments,omitempty"`
+	// ID is the caller's own call id (a model's tool-call id): submitting
+	// the same id again is the same call, run once. Default: a new id.
+	ID string `json:"id,omitempty"`
+	// TimeoutMS sets the call's deadline, from now. Default: the tool's
+	// timeout plus the dispatcher's queue allowance.
+	TimeoutMS int64 `json:"timeout_ms,omitempty"`
+	// Metadata is caller-defined (requester, session).
+	Metadata map[string]string `json:"metadata,omitempty"`
+	// Async answers 202 at once, without waiting for the result.
+	Async bool `json:"async,omitempty"`
+	// WaitMS bounds the wait for the result (never beyond the handler's
+	// MaxWait, nor the call's timeout_ms). Default: MaxWait.
+	WaitMS int64 `json:"wait_ms,omitempty"`
+}
+
+// Call is a call as the API reports it: where it stands, and its result
+// once it has one. It is the body of POST /v1/calls, GET and DELETE
+// /v1/calls/{id}.
+type Call struct {
+	// ID is the call id.
+	ID string `json:"id"`
+	// URL is the call's path on the API, /v1/calls/{id}.
+	URL string `json:"url"`
+	// State is queued, running, retrying, awaiting_approval, released or
+	// finished.
+	State dispatcher.State `json:"state"`
+	// Tool is the tool's name.
+	Tool string `json:"tool,omitempty"`
+	// Attempt is the latest attempt a worker started.
+	Attempt int `json:"attempt,omitempty"`
+	// Worker runs (or ran) the latest attempt.
+	Worker string `json:"worker,omitempty"`
+	// Progress is the running tool's latest report.
+	Progress *windlass.Progress `json:"progress,omitempty"`
+	// LastError is the latest retryable failure, while retrying.
+	LastError *windlass.CallError `json:"last_error,omitempty"`
+	// RetryAt is when the next attempt may start, while retrying.
+	RetryAt time.Time `json:"retry_at,omitzero"`
+	// QueuedAt is when the fleet accepted the call.
+	QueuedAt time.Time `json:"queued_at,omitzero"`
+	// StartedAt is when the latest attempt started.
+	StartedAt time.Time `json:"started_at,omitzero"`
+	// Deadline is the call's deadline.
+	Deadline time.Time `json:"deadline,omitzero"`
+	// Result is the call's result once it is finished; a tool's failure
+	// is a result too (is_error), not an HTTP error.
+	Result *windlass.ToolResult `json:"result,omitempty"`
+	// Approval is what the approval service knows of a gated call.
+	Approval *dispatcher.Approval `json:"approval,omitempty"`
+}
+
+// callURL is a call's path on the API.
+func callURL(id string) string { return "/v1/calls/" + url.PathEscape(id) }
+
+func callFromStatus(st dispatcher.CallStatus) Call {
+	return Call{ID: st.ID, URL: callURL(st.ID), State: st.State, Tool: st.Tool, Attempt: st.Attempt, Worker: st.Worker,
+		Progress: st.Progress, LastError: st.LastError, RetryAt: st.RetryAt, QueuedAt: st.QueuedAt, StartedAt: st.StartedAt,
+		Deadline: st.Deadline, Result: st.Result, Approval: st.Approval}
+}
+
+func callFromResult(r windlass.ToolResult) Call {
+	return Call{ID: r.CallID, URL: callURL(r.CallID), State: dispatcher.StateFinished, Tool: r.Name, Attempt: r.Attempt, Worker: r.Worker, Result: &r}
+}
+
+// createCall is POST /v1/calls.
+func (h *Handler) createCall(w http.ResponseWriter, r *http.Request) {
+	req, ok := decodeCallRequest(w, r)
+	if !ok {
+		return
+	}
+	var opts []dispatcher.CallOption
+	if req.ID != "" {
+		opts = append(opts, dispatcher.WithCallID(req.ID))
+	}
+	if req.TimeoutMS > 0 {
+		opts = append(opts, dispatcher.WithTimeout(time.Duration(req.TimeoutMS)*time.Millisecond))
+	}
+	if len(req.Metadata) > 0 {
+		opts = append(opts, dispatcher.WithMetadata(req.Metadata))
+	}
+	args := req.Arguments
+	if len(args) == 0 {
+		args = json.RawMessage(`{}`)
+	}
+	id, err := h.cfg.Dispatcher.Submit(r.Context(), req.Tool, args, opts...)
+	if err != nil {
+		h.refused(w, r, req.Tool, err)
+		return
+	}
+	if req.Async {
+		h.answerPending(w, r, id)
+		return
+	}
+	bound := h.cfg.MaxWait
+	if req.WaitMS > 0 {
+		bound = min(bound, time.Duration(req.WaitMS)*time.Millisecond)
+	}
+	if req.TimeoutMS > 0 {
+		bound = min(bound, time.Duration(req.TimeoutMS)*time.Millisecond)
+	}
+	waitCtx, cancel := context.WithTimeout(r.Context(), bound)
+	defer cancel()
+	defer context.AfterFunc(h.draining, cancel)()
+	res, err := h.cfg.Dispatcher.Wait(waitCtx, id)
+	switch {
+	case err == nil:
+		writeJSON(w, http.StatusOK, callFromResult(res))
+	case r.Context().Err() != nil:
+		// The client went away; the call goes on, and its result is kept.
+	default:
+		h.answerPending(w, r, id)
+	}
+}
+
+// answerPending answers 202 with the call's URL and status, or 200 when
+// it turns out to be finished already.
+func (h *Handler) answerPending(w http.ResponseWriter, r *http.Request, id string) {
+	c := Call{ID: id, URL: callURL(id), State: dispatcher.StateQueued}
+	if st, err := h.cfg.Dispatcher.Status(r.Context(), id); err == nil && st.State != dispatcher.StateUnknown {
+		c = callFromStatus(st)
+	} else if err != nil {
+		h.cfg.Logger.Warn("httpapi: status of a submitted call", "call_id", id, "error", err)
+	}
+	if c.State == dispatcher.StateFinished {
+		writeJSON(w, http.StatusOK, c)
+		return
+	}
+	w.Header().Set("Location", c.URL)
+	writeJSON(w, http.StatusAccepted, c)
+}
+
+// refused answers a call the dispatcher did not accept, with the code of
+// the result the call would have had.
+func (h *Handler) refused(w http.ResponseWriter, r *http.Request, tool string, err error) {
+	var ce *windlass.CallError
+	if errors.As(err, &ce) {
+		writeError(w, ce.Code, ce.Message)
+		return
+	}
+	if r.Context().Err() != nil {
+		return // the client went away
+	}
+	h.cfg.Logger.Warn("httpapi: submit failed", "tool", tool, "error", err)
+	writeError(w, windlass.CodeUnavailable, fmt.Sprintf("The fleet could not accept the call: %v", err))
+}
+
+// decodeCallRequest reads a POST /v1/calls body strictly: JSON only, one
+// object, no unknown fields, within the size limit.
+func decodeCallRequest(w http.ResponseWriter, r *http.Request) (CallRequest, bool) {
+	var req CallRequest
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		writeError(w, CodeUnsupportedMediaType, "the body must be JSON, sent with Content-Type: application/json")
+		return req, false
+	}
+	if err := decodeStrict(r.Body, &req); err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			writeError(w, windlass.CodePayloadTooLarge, fmt.Sprintf("the request body is over the limit of %d bytes; send large inputs by reference", tooLarge.Limit))
+		} else {
+			writeError(w, windlass.CodeInvalidCall, "request body: "+err.Error())
+		}
+		return req, false
+	}
+	var problem string
+	switch {
+	case req.Tool == "":
+		problem = `"tool" is required: the name of the tool to call`
+	case req.TimeoutMS < 0:
+		problem = `"timeout_ms" must not be negative`
+	case req.WaitMS < 0:
+		problem = `"wait_ms" must not be negative`
+	case req.Async && req.WaitMS > 0:
+		problem = `"wait_ms" makes no sense with "async": true`
+	case req.ID != "" && windlass.ValidateCallID(req.ID) != nil:
+		problem = `"id": ` + windlass.ValidateCallID(req.ID).Error()
+	}
+	if problem != "" {
+		writeError(w, windlass.CodeInvalidCall, problem)
+		return req, false
+	}
+	return req, true
+}
+
+// decodeStrict decodes exactly one JSON value from body into v, refusing
+// unknown fields and trailing data.
+func decodeStrict(body io.Reader, v any) error {
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		if errors.Is(err, io.EOF) {
+			return errors.New("empty; want a JSON object")
+		}
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return err
+		}
+		return errors.New(strings.TrimPrefix(err.Error(), "json: "))
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return err
+		}
+		return errors.New("trailing data after the JSON object")
+	}
+	return nil
+}
+
+// pathID reads and checks the {id} of a call's path.
+func pathID(w http.ResponseWriter, r *http.Request) (string, bool) {
+	id := r.PathValue("id")
+	if err := windlass.ValidateCallID(id); err != nil {
+		writeError(w, windlass.CodeInvalidCall, "call id: "+err.Error())
+		return "", false
+	}
+	return id, true
+}
+
+// getCall is GET /v1/calls/{id}.
+func (h *Handler) getCall(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r)
+	if !ok {
+		return
+	}
+	st, err := h.cfg.Dispatcher.Status(r.Context(), id)
+	switch {
+	case err != nil:
+		h.unavailable(w, r, id, err)
+	case st.State == dispatcher.StateUnknown:
+		writeError(w, CodeUnknownCall, fmt.Sprintf("the fleet has no record of call %q (never accepted, or past the retention window)", id))
+	default:
+		writeJSON(w, http.StatusOK, callFromStatus(st))
+	}
+}
+
+// cancelCall is DELETE /v1/calls/{id}?reason=TEXT.
+func (h *Handler) cancelCall(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r)
+	if !ok {
+		return
+	}
+	reason := r.URL.Query().Get("reason")
+	if len(reason) > 1024 {
+		writeError(w, CodeInvalidRequest, "reason: at most 1024 bytes")
+		return
+	}
+	err := h.cfg.Dispatcher.Cancel(r.Context(), id, reason)
+	var finished *dispatcher.FinishedError
+	switch {
+	case errors.As(err, &finished):
+		writeJSON(w, HTTPStatus(CodeCallFinished), ErrorBody{
+			Error:  windlass.CallError{Code: CodeCallFinished, Message: fmt.Sprintf("call %q already finished; nothing to cancel", id)},
+			Result: &finished.Result,
+		})
+		return
+	case errors.Is(err, dispatcher.ErrUnknownCall):
+		writeError(w, CodeUnknownCall, fmt.Sprintf("the fleet has no record of call %q (never accepted, or past the retention window)", id))
+		return
+	case err != nil:
+		h.unavailable(w, r, id, err)
+		return
+	}
+	h.cfg.Logger.Info("httpapi: call canceled", "call_id", id, "reason", reason)
+	st, err := h.cfg.Dispatcher.Status(r.Context(), id)
+	if err != nil || st.State == dispatcher.StateUnknown {
+		st = dispatcher.CallStatus{ID: id, State: dispatcher.StateFinished}
+	}
+	writeJSON(w, http.StatusOK, callFromStatus(st))
+}
+
+// unavailable answers a failure to reach the fleet.
+func (h *Handler) unavailable(w http.ResponseWriter, r *http.Request, id string, err error) {
+	if r.Context().Err() != nil {
+		return
+	}
+	h.cfg.Logger.Warn("httpapi: fleet request failed", "call_id", id, "error", err)
+	writeError(w, windlass.CodeUnavailable, fmt.Sprintf("the fleet could not be asked about call %q: %v", id, err))
+}

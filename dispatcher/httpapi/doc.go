@@ -1,0 +1,43 @@
+// Package httpapi is the HTTP API of a dispatcher, what `windlass
+// dispatcher` serves: agent backends in any language list the fleet's tools
+// and call them without a Go client. It holds no state, so any number of
+// replicas can serve one fleet; a call submitted on one is looked up,
+// waited for, canceled or followed on any other.
+//
+//	GET    /v1/tools?style=openai|anthropic|gemini  the live tools, in the provider's format
+//	POST   /v1/calls                                submit a call; wait for its result, or not
+//	GET    /v1/calls/{id}                           where a call stands; its result once finished
+//	DELETE /v1/calls/{id}?reason=TEXT               cancel it
+//	GET    /v1/calls/{id}/events                    its events, as server-sent events
+//	GET    /v1/openapi.json                         the OpenAPI 3.1 document of all this
+//	GET    /healthz, /readyz                        probes: the process; NATS and the registry
+//
+// POST /v1/calls takes {"tool", "arguments", "id"?, "timeout_ms"?,
+// "metadata"?, "async"?, "wait_ms"?}. It waits for the result at most the
+// smallest of wait_ms, [Config.MaxWait] (60 s) and timeout_ms, and answers
+// 200 with the finished call; past that bound, or at once with "async":
+// true, it answers 202 with the call's URL in Location, to poll or follow.
+// A caller's own id makes the submit idempotent: the same id is the same
+// call, run once.
+//
+// A tool's failure is a result, not an HTTP error: 200, with "is_error"
+// and the result's code. A call refused before it is queued, and a request
+// the API cannot take, get {"error":{"code","message"}} with the codes of
+// the fleet's results where one applies, mapped to HTTP statuses in one
+// table ([HTTPStatus]): invalid_call (bad JSON, unknown field, bad id) and
+// invalid_request (a query parameter) 400, unauthorized 401, unknown_tool
+// and unknown_call 404, call_finished 409 (with the result), payload_too_large
+// 413, unsupported_media_type 415, invalid_arguments 422, no_worker and
+// unavailable 503.
+//
+// Requests present an API key as "Authorization: Bearer <key>". The
+// handler is configured with the keys' SHA-256 hashes only and compares in
+// constant time; with no keys configured every request is let in, and
+// [New] logs a warning. The probes and the OpenAPI document need no key.
+// Bodies are bounded ([Config.MaxBodyBytes]) and decoded strictly: one
+// JSON object, no unknown fields, sent as application/json (which a
+// browser's cross-site form cannot send).
+//
+// [Config.Extra] mounts more handlers on the same server, behind the same
+// key check, such as an MCP endpoint at /mcp.
+package httpapi

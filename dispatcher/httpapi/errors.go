@@ -1,0 +1,91 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+
+	"github.com/windlass-dev/windlass"
+)
+
+// Error codes of the API's own failures. A refused call uses the result
+// codes of the protocol (windlass.Code*: invalid_arguments, unknown_tool,
+// no_worker, payload_too_large, invalid_call, unavailable); these name what
+// only an HTTP request can get wrong.
+const (
+	// CodeUnauthorized: no API key, or not a known one.
+	CodeUnauthorized windlass.ErrorCode = "unauthorized"
+	// CodeInvalidRequest: a query parameter or header is wrong (an unknown
+	// style, a bad reason).
+	CodeInvalidRequest windlass.ErrorCode = "invalid_request"
+	// CodeUnsupportedMediaType: a body that is not application/json.
+	CodeUnsupportedMediaType windlass.ErrorCode = "unsupported_media_type"
+	// CodeUnknownCall: the fleet has no record of the call id (never
+	// accepted, or past the retention window).
+	CodeUnknownCall windlass.ErrorCode = "unknown_call"
+	// CodeCallFinished: the call to cancel already has its result, which
+	// the error body carries as "result".
+	CodeCallFinished windlass.ErrorCode = "call_finished"
+	// CodeNotFound: no such route.
+	CodeNotFound windlass.ErrorCode = "not_found"
+	// CodeMethodNotAllowed: the route exists, the method does not.
+	CodeMethodNotAllowed windlass.ErrorCode = "method_not_allowed"
+	// CodeInternal: a bug.
+	CodeInternal windlass.ErrorCode = "internal"
+)
+
+// statusOf is the one table from error codes to HTTP statuses.
+var statusOf = map[windlass.ErrorCode]int{
+	windlass.CodeInvalidCall:      http.StatusBadRequest,
+	CodeInvalidRequest:            http.StatusBadRequest,
+	CodeUnauthorized:              http.StatusUnauthorized,
+	windlass.CodeUnknownTool:      http.StatusNotFound,
+	CodeUnknownCall:               http.StatusNotFound,
+	CodeNotFound:                  http.StatusNotFound,
+	CodeMethodNotAllowed:          http.StatusMethodNotAllowed,
+	CodeCallFinished:              http.StatusConflict,
+	windlass.CodePayloadTooLarge:  http.StatusRequestEntityTooLarge,
+	CodeUnsupportedMediaType:      http.StatusUnsupportedMediaType,
+	windlass.CodeInvalidArguments: http.StatusUnprocessableEntity,
+	CodeInternal:                  http.StatusInternalServerError,
+	windlass.CodeNoWorker:         http.StatusServiceUnavailable,
+	windlass.CodeUnavailable:      http.StatusServiceUnavailable,
+}
+
+// HTTPStatus is the HTTP status of an error response with code; a code the
+// API never answers with is 500.
+func HTTPStatus(code windlass.ErrorCode) int {
+	if s, ok := statusOf[code]; ok {
+		return s
+	}
+	return http.StatusInternalServerError
+}
+
+// ErrorBody is the body of every error response:
+// {"error":{"code","message"}}, and for call_finished the call's result.
+type ErrorBody struct {
+	// Error is the code and the message.
+	Error windlass.CallError `json:"error"`
+	// Result is the finished call's result (call_finished only).
+	Result *windlass.ToolResult `json:"result,omitempty"`
+}
+
+// writeError answers code's status with an error body.
+func writeError(w http.ResponseWriter, code windlass.ErrorCode, message string) {
+	writeJSON(w, HTTPStatus(code), ErrorBody{Error: windlass.CallError{Code: code, Message: message}})
+}
+
+// writeJSON answers status with v as JSON.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		status = http.StatusInternalServerError
+		b.Reset()
+		b.WriteString(`{"error":{"code":"internal","message":"encode the response"}}` + "\n")
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(b.Bytes())
+}

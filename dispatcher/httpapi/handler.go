@@ -1,0 +1,208 @@
+package httpapi
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/windlass-dev/windlass/dispatcher"
+	"github.com/windlass-dev/windlass/internal/bearer"
+)
+
+// Defaults of [Config].
+const (
+	DefaultMaxBodyBytes = 1 << 20
+	DefaultMaxWait      = 60 * time.Second
+	DefaultMaxStaleness = 30 * time.Second
+	DefaultKeepAlive    = 15 * time.Second
+)
+
+// Config configures a [Handler]. Zero values mean the documented defaults.
+type Config struct {
+	// Dispatcher runs the calls. Required; never closed by the handler.
+	Dispatcher *dispatcher.Dispatcher
+	// APIKeys are the keys a request may present ("Authorization: Bearer
+	// <key>"), as SHA-256 hashes. None: every request is let in, and New
+	// logs a warning saying so.
+	APIKeys []APIKey
+	// MaxBodyBytes bounds a request body; a larger one is answered 413
+	// payload_too_large. Default 1 MiB, the NATS server's default max
+	// payload (a call larger than the server's is refused all the same).
+	MaxBodyBytes int64
+	// MaxWait bounds how long POST /v1/calls waits for a result before it
+	// answers 202 with the call's URL; a request's wait_ms may ask for
+	// less, never more. Default 60s, under common proxies' idle timeouts.
+	MaxWait time.Duration
+	// Conn is the dispatcher's NATS connection: /readyz fails while it is
+	// not connected. Default: nil, not checked.
+	Conn *nats.Conn
+	// MaxStaleness is how old the dispatcher's view of the registry may be
+	// before /readyz fails (Redis unreachable that long). Default 30s.
+	MaxStaleness time.Duration
+	// KeepAlive is how often an idle event stream gets a comment line, so
+	// that proxies keep it open. Default 15s.
+	KeepAlive time.Duration
+	// Extra mounts more handlers beside the API (for instance an MCP
+	// server at "/mcp"): the key is an http.ServeMux pattern ("/mcp",
+	// "POST /hooks/{id}"). They are served behind the same API-key check
+	// and body limit; a pattern that clashes with the API's routes is an
+	// error of New.
+	Extra map[string]http.Handler
+	// Logger receives the handler's logs. Default: discard.
+	Logger *slog.Logger
+}
+
+// Handler is the HTTP API of a dispatcher: list tools, submit calls and
+// wait for them, look them up, cancel them, follow their events. It is an
+// http.Handler, safe for concurrent use; it holds no state of its own, so
+// any number of replicas can serve the same fleet.
+type Handler struct {
+	cfg      Config
+	keys     *bearer.Set
+	mux      *http.ServeMux
+	draining context.Context // canceled by Drain
+	drain    context.CancelFunc
+}
+
+// Route is one route of the API: a method and an http.ServeMux path
+// pattern, as in the OpenAPI document.
+type Route struct {
+	Method, Path string
+}
+
+// route is a Route and how it is served.
+type route struct {
+	Route
+	public bool // served without an API key (probes, the API's own document)
+	serve  func(h *Handler, w http.ResponseWriter, r *http.Request)
+}
+
+// routes is the one table of the API's routes: the mux is built from it,
+// and the tests check the OpenAPI document against it.
+var routes = []route{
+	{Route{"GET", "/v1/tools"}, false, (*Handler).listTools},
+	{Route{"POST", "/v1/calls"}, false, (*Handler).createCall},
+	{Route{"GET", "/v1/calls/{id}"}, false, (*Handler).getCall},
+	{Route{"DELETE", "/v1/calls/{id}"}, false, (*Handler).cancelCall},
+	{Route{"GET", "/v1/calls/{id}/events"}, false, (*Handler).callEvents},
+	{Route{"GET", "/v1/openapi.json"}, true, (*Handler).openAPI},
+	{Route{"GET", "/healthz"}, true, (*Handler).healthz},
+	{Route{"GET", "/readyz"}, true, (*Handler).readyz},
+}
+
+// Routes lists the API's routes (not [Config.Extra]'s).
+func Routes() []Route {
+	out := make([]Route, len(routes))
+	for i, r := range routes {
+		out[i] = r.Route
+	}
+	return out
+}
+
+// New builds the handler.
+func New(cfg Config) (*Handler, error) {
+	switch {
+	case cfg.Dispatcher == nil:
+		return nil, errors.New("httpapi: Config.Dispatcher is nil: pass a *dispatcher.Dispatcher")
+	case cfg.MaxBodyBytes < 0 || cfg.MaxWait < 0 || cfg.MaxStaleness < 0 || cfg.KeepAlive < 0:
+		return nil, errors.New("httpapi: Config.MaxBodyBytes, MaxWait, MaxStaleness and KeepAlive must not be negative")
+	}
+	cfg.MaxBodyBytes = cmp.Or(cfg.MaxBodyBytes, DefaultMaxBodyBytes)
+	cfg.MaxWait = cmp.Or(cfg.MaxWait, DefaultMaxWait)
+	cfg.MaxStaleness = cmp.Or(cfg.MaxStaleness, DefaultMaxStaleness)
+	cfg.KeepAlive = cmp.Or(cfg.KeepAlive, DefaultKeepAlive)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	keys, err := newKeySet(cfg.APIKeys)
+	if err != nil {
+		return nil, err
+	}
+	if keys.Len() == 0 {
+		cfg.Logger.Warn("httpapi: NO API KEYS CONFIGURED: the API is open to anyone who can reach it; configure API keys (hashes) unless this is a development fleet")
+	}
+	h := &Handler{cfg: cfg, keys: keys, mux: http.NewServeMux()}
+	h.draining, h.drain = context.WithCancel(context.Background())
+	allowed := map[string][]string{} // path -> its methods, in table order
+	for _, r := range routes {
+		serve := http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) { r.serve(h, w, req) })
+		if !r.public {
+			serve = h.guard(serve)
+		}
+		h.mux.Handle(r.Method+" "+r.Path, serve)
+		allowed[r.Path] = append(allowed[r.Path], r.Method)
+	}
+	// A known path with another method: 405 naming the allowed ones (the
+	// catch-all below would otherwise answer 404).
+	for path, methods := range allowed {
+		allow := strings.Join(methods, ", ")
+		h.mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Allow", allow)
+			writeError(w, CodeMethodNotAllowed, fmt.Sprintf("%s is not allowed on %s; use %s", r.Method, r.URL.Path, allow))
+		})
+	}
+	for pattern, extra := range cfg.Extra {
+		if err := h.mount(pattern, extra); err != nil {
+			return nil, err
+		}
+	}
+	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, CodeNotFound, fmt.Sprintf("no route %s %s; see GET /v1/openapi.json", r.Method, r.URL.Path))
+	})
+	return h, nil
+}
+
+// mount adds an Extra handler, turning the mux's panic on a clashing
+// pattern into an error.
+func (h *Handler) mount(pattern string, extra http.Handler) (err error) {
+	if extra == nil {
+		return fmt.Errorf("httpapi: Config.Extra[%q] is nil", pattern)
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("httpapi: Config.Extra[%q]: %v", pattern, p)
+		}
+	}()
+	h.mux.Handle(pattern, h.guard(extra.ServeHTTP))
+	return nil
+}
+
+// ServeHTTP implements http.Handler.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Cache-Control", "no-store")
+	h.mux.ServeHTTP(w, r)
+}
+
+// Drain makes the requests that wait answer now, for a server shutting
+// down (register it with http.Server.RegisterOnShutdown): a POST
+// /v1/calls waiting for its result answers 202 with the call's URL, and
+// event streams end; the calls go on in the fleet. Requests that come
+// after Drain answer at once the same way.
+func (h *Handler) Drain() { h.drain() }
+
+// guard checks the API key and bounds the body.
+func (h *Handler) guard(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if h.keys.Len() > 0 {
+			token, _ := bearer.FromRequest(r)
+			name, ok := h.keys.Lookup(token)
+			if !ok {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="windlass"`)
+				writeError(w, CodeUnauthorized, "a valid API key is required: Authorization: Bearer <key>")
+				return
+			}
+			h.cfg.Logger.Debug("httpapi: request", "api_key", name, "method", r.Method, "path", r.URL.Path)
+		}
+		if r.Body != nil {
+			r.Body = http.MaxBytesReader(w, r.Body, h.cfg.MaxBodyBytes)
+		}
+		next(w, r)
+	}
+}
