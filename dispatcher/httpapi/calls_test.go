@@ -35,7 +35,7 @@ func TestCalls(t *testing.T) {
 
 	t.Run("WaitBoundPassesThenPoll", func(t *testing.T) {
 		start := time.Now()
-		r := f.do("POST", "/v1/calls", `{"tool":"slow","arguments":{"ms":1500},"wait_ms":100}`)
+		r := f.do("POST", "/v1/calls", `{"tool":"slow","arguments":{"ms":3000},"wait_ms":100}`)
 		c := f.call(r, http.StatusAccepted)
 		if loc := r.header.Get("Location"); loc != c.URL || c.URL != "/v1/calls/"+c.ID {
 			t.Errorf("Location %q, url %q, want /v1/calls/%s", loc, c.URL, c.ID)
@@ -43,11 +43,11 @@ func TestCalls(t *testing.T) {
 		if c.State == dispatcher.StateFinished || c.Result != nil {
 			t.Errorf("202 with a finished call: %+v", c)
 		}
-		if took := time.Since(start); took > 1400*time.Millisecond {
+		if took := time.Since(start); took > 2500*time.Millisecond {
 			t.Errorf("the 202 took %s, past the wait bound", took)
 		}
 		c = f.pollUntil(c.ID, "the slow call to finish", func(c httpapi.Call) bool { return c.State == dispatcher.StateFinished })
-		if c.Result == nil || c.Result.Content != "slept 1500ms" {
+		if c.Result == nil || c.Result.Content != "slept 3000ms" {
 			t.Fatalf("finished call = %+v", c)
 		}
 	})
@@ -69,16 +69,16 @@ func TestCalls(t *testing.T) {
 
 	t.Run("AsyncThenGet", func(t *testing.T) {
 		start := time.Now()
-		r := f.do("POST", "/v1/calls", `{"tool":"slow","arguments":{"ms":800},"async":true}`)
+		r := f.do("POST", "/v1/calls", `{"tool":"slow","arguments":{"ms":3000},"async":true}`)
 		c := f.call(r, http.StatusAccepted)
-		if time.Since(start) > 700*time.Millisecond {
+		if time.Since(start) > 2500*time.Millisecond {
 			t.Errorf("async answered after %s", time.Since(start))
 		}
 		if r.header.Get("Location") != "/v1/calls/"+c.ID || c.State == dispatcher.StateFinished {
 			t.Errorf("Location %q, call %+v", r.header.Get("Location"), c)
 		}
 		c = f.pollUntil(c.ID, "the async call to finish", func(c httpapi.Call) bool { return c.State == dispatcher.StateFinished })
-		if c.Result.Content != "slept 800ms" || c.Tool != "slow" || c.Attempt != 1 || c.Worker == "" {
+		if c.Result.Content != "slept 3000ms" || c.Tool != "slow" || c.Attempt != 1 || c.Worker == "" {
 			t.Errorf("finished call = %+v, result %+v", c, c.Result)
 		}
 	})
