@@ -38,6 +38,7 @@ func runDispatcher(ctx context.Context, args []string, stdout, stderr io.Writer)
 	maxBody := intFlag(fs, "max-body", httpapi.DefaultMaxBodyBytes, "largest request body, in bytes")
 	maxWait := durationFlag(fs, "max-wait", httpapi.DefaultMaxWait, "longest a POST /v1/calls waits for the result before answering 202 with the call's URL")
 	replicas := intFlag(fs, "replicas", 1, "replicas of the streams when this dispatcher creates them")
+	mcpPath := stringFlag(fs, "mcp-path", "/mcp", "path of the MCP server (streamable HTTP) beside the API, behind the same API keys; empty: none")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -59,7 +60,12 @@ func runDispatcher(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return err
 	}
 	defer d.Close()
-	h, err := httpapi.New(httpapi.Config{Dispatcher: d, APIKeys: keys, MaxBodyBytes: int64(*maxBody), MaxWait: *maxWait, Conn: sess.nc, Logger: sess.log})
+	extra, stopMCP, err := mountMCP(ctx, d, *mcpPath, sess.log)
+	if err != nil {
+		return err
+	}
+	defer stopMCP()
+	h, err := httpapi.New(httpapi.Config{Dispatcher: d, APIKeys: keys, MaxBodyBytes: int64(*maxBody), MaxWait: *maxWait, Conn: sess.nc, Logger: sess.log, Extra: extra})
 	if err != nil {
 		return err
 	}
@@ -101,18 +107,28 @@ func readAPIKeys(list, file string) ([]httpapi.APIKey, error) {
 	return keys, nil
 }
 
-// apiShutdownGrace bounds a graceful shutdown of the API server; requests
-// that wait are drained first, so it is rarely used up.
-const apiShutdownGrace = 10 * time.Second
+// apiShutdownGrace bounds a graceful shutdown of the API server;
+// apiDrainGrace is how long drained requests have to answer before every
+// request's context is canceled (ending, say, an MCP stream of an Extra
+// handler, which Drain does not reach).
+const (
+	apiShutdownGrace = 10 * time.Second
+	apiDrainGrace    = 2 * time.Second
+)
 
 // serveAPI serves h on ln until ctx ends, then shuts down gracefully:
 // waiting requests are drained (they answer 202 with the call's URL, event
-// streams end), in-flight ones finish within apiShutdownGrace.
+// streams end), the contexts of requests still open are canceled after
+// apiDrainGrace, and connections still open after apiShutdownGrace are
+// closed.
 func serveAPI(ctx context.Context, h *httpapi.Handler, ln net.Listener, log *slog.Logger) error {
+	base, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelBase()
 	// No write timeout: a call's wait and an event stream are long by
 	// design, and bounded by the handler.
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+		BaseContext: func(net.Listener) context.Context { return base },
+		ErrorLog:    slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	srv.RegisterOnShutdown(h.Drain)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
@@ -121,13 +137,15 @@ func serveAPI(ctx context.Context, h *httpapi.Handler, ln net.Listener, log *slo
 		return fmt.Errorf("HTTP API: %w", err)
 	case <-ctx.Done():
 	}
+	timer := time.AfterFunc(apiDrainGrace, cancelBase)
+	defer timer.Stop()
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), apiShutdownGrace)
 	defer cancel()
 	err := srv.Shutdown(sctx)
 	<-errc // Serve returned ErrServerClosed
 	if err != nil {
+		log.Warn("HTTP API: requests still open at shutdown; closing their connections", "error", err)
 		_ = srv.Close()
-		return fmt.Errorf("HTTP API shutdown: %w", err)
 	}
 	return nil
 }

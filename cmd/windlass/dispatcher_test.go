@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -13,8 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/windlass-dev/windlass/dispatcher"
 	"github.com/windlass-dev/windlass/dispatcher/httpapi"
 	"github.com/windlass-dev/windlass/internal/testserver"
+	"github.com/windlass-dev/windlass/registry"
 )
 
 // lockedBuffer is a bytes.Buffer safe for the command's goroutines.
@@ -107,4 +110,64 @@ func TestDispatcherCommand(t *testing.T) {
 		t.Fatal("dispatcher did not stop")
 	}
 	http.DefaultClient.CloseIdleConnections()
+}
+
+// TestServeAPIShutdown: at shutdown, a request of an Extra handler that
+// only ends with its context (an MCP stream) is canceled after the drain
+// grace, so the server stops well before the shutdown grace.
+func TestServeAPIShutdown(t *testing.T) {
+	ns, rs := testserver.StartNATS(t), testserver.StartRedis(t)
+	nc := ns.Connect(t)
+	reg, err := registry.New(registry.Config{Client: rs.Client(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := dispatcher.New(t.Context(), dispatcher.Config{Conn: nc, Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	entered, left := make(chan struct{}), make(chan struct{})
+	stream := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusOK)
+		http.NewResponseController(w).Flush()
+		close(entered)
+		<-r.Context().Done()
+		close(left)
+	})
+	h, err := httpapi.New(httpapi.Config{Dispatcher: d, Extra: map[string]http.Handler{"/stream": stream}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(t.Context())
+	defer stop()
+	done := make(chan error, 1)
+	go func() { done <- serveAPI(ctx, h, ln, slog.New(slog.DiscardHandler)) }()
+
+	client := &http.Client{Transport: &http.Transport{}}
+	defer client.CloseIdleConnections()
+	res, err := client.Get("http://" + ln.Addr().String() + "/stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	<-entered
+	start := time.Now()
+	stop()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("serveAPI = %v", err)
+		}
+	case <-time.After(apiShutdownGrace + 5*time.Second):
+		t.Fatal("serveAPI did not return")
+	}
+	<-left
+	if took := time.Since(start); took >= apiShutdownGrace {
+		t.Errorf("shutdown took %s: the stream was not canceled after the drain grace (%s)", took, apiDrainGrace)
+	}
 }
