@@ -99,6 +99,17 @@ func TestCalls(t *testing.T) {
 		}
 	})
 
+	t.Run("OwnIDNeedsEscaping", func(t *testing.T) {
+		// An id may hold "/", "?", "#" and "%": its URL escapes them.
+		c := f.call(f.do("POST", "/v1/calls", `{"tool":"add","arguments":{"a":1,"b":1},"id":"toolu/a?b#c%d"}`), http.StatusOK)
+		if c.ID != "toolu/a?b#c%d" || c.URL != "/v1/calls/toolu%2Fa%3Fb%23c%25d" {
+			t.Fatalf("id %q, url %q", c.ID, c.URL)
+		}
+		if got := f.call(f.do("GET", c.URL, ""), http.StatusOK); got.ID != c.ID || got.Result.Content != "2" {
+			t.Errorf("GET %s = %+v", c.URL, got)
+		}
+	})
+
 	t.Run("CancelRunning", func(t *testing.T) {
 		c := f.call(f.do("POST", "/v1/calls", `{"tool":"slow","arguments":{"ms":120000},"async":true}`), http.StatusAccepted)
 		f.pollUntil(c.ID, "the slow call to start", func(c httpapi.Call) bool { return c.State == dispatcher.StateRunning })
