@@ -38,6 +38,7 @@ func runDispatcher(ctx context.Context, args []string, stdout, stderr io.Writer)
 	maxBody := intFlag(fs, "max-body", httpapi.DefaultMaxBodyBytes, "largest request body, in bytes")
 	maxWait := durationFlag(fs, "max-wait", httpapi.DefaultMaxWait, "longest a POST /v1/calls waits for the result before answering 202 with the call's URL")
 	replicas := intFlag(fs, "replicas", 1, "replicas of the streams when this dispatcher creates them")
+	mcpPath := stringFlag(fs, "mcp-path", "/mcp", "path of the MCP server (streamable HTTP) beside the API, behind the same API keys; empty: none")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -59,7 +60,12 @@ func runDispatcher(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return err
 	}
 	defer d.Close()
-	h, err := httpapi.New(httpapi.Config{Dispatcher: d, APIKeys: keys, MaxBodyBytes: int64(*maxBody), MaxWait: *maxWait, Conn: sess.nc, Logger: sess.log})
+	extra, stopMCP, err := mountMCP(ctx, d, *mcpPath, sess.log)
+	if err != nil {
+		return err
+	}
+	defer stopMCP()
+	h, err := httpapi.New(httpapi.Config{Dispatcher: d, APIKeys: keys, MaxBodyBytes: int64(*maxBody), MaxWait: *maxWait, Conn: sess.nc, Logger: sess.log, Extra: extra})
 	if err != nil {
 		return err
 	}

@@ -27,6 +27,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	replace := boolFlag(fs, "replace", false, "replace differing specs in the registry (rolling upgrade)")
 	releaseKeys := stringFlag(fs, "release-public-keys", "", "comma-separated approval-service public keys, ed25519:<base64>; without them gated tools refuse every call")
 	healthListen := healthFlag(fs)
+	mcpServers := mcpFlag(fs)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -34,9 +35,11 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if len(pos) > 0 {
 		return &exitError{code: 2, err: fmt.Errorf("%s takes no arguments, got %q", fs.Name(), pos)}
 	}
-	tools, err := pickTools(*toolList)
-	if err != nil {
-		return err
+	var tools []windlass.Tool
+	if len(*mcpServers) == 0 || flagGiven(fs, "tools") { // with --mcp, demo tools only when asked for
+		if tools, err = pickTools(*toolList); err != nil {
+			return err
+		}
 	}
 	sess, err := c.open("worker", stderr)
 	if err != nil {
@@ -52,9 +55,10 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	w, err := worker.New(worker.Config{JetStream: js, Registry: reg, ID: *id, MaxConcurrency: *concurrency,
+	wcfg := worker.Config{JetStream: js, Registry: reg, ID: *id, MaxConcurrency: *concurrency,
 		AckWait: *ackWait, ShutdownGrace: *grace, Replicas: *replicas, Replace: *replace, Logger: log,
-		Releases: verifier, Ledger: release.NewLedger(rc, *c.prefix)})
+		Releases: verifier, Ledger: release.NewLedger(rc, *c.prefix)}
+	w, err := worker.New(wcfg)
 	if err != nil {
 		return err
 	}
@@ -68,7 +72,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer stopHealth()
-	return w.Run(ctx)
+	return runWithBridge(ctx, w, tools, *mcpServers, wcfg, log)
 }
 
 // parseVerifier reads --release-public-keys; none gives a nil verifier.
