@@ -200,7 +200,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 		if current != nil && maps.Equal(current.hashes, hashes) {
 			continue
 		}
-		next, err := b.start(ctx, tools, hashes, current == nil && failures == 0)
+		next, err := b.start(ctx, tools, hashes)
 		if err != nil {
 			if ctx.Err() != nil {
 				continue

@@ -43,14 +43,17 @@ func (g *generation) stop() {
 
 // start runs a worker for tools and waits until the registry lists it for
 // them. An empty set runs no worker: a nil generation.
-func (b *Bridge) start(ctx context.Context, tools []windlass.Tool, hashes map[string]string, first bool) (*generation, error) {
+func (b *Bridge) start(ctx context.Context, tools []windlass.Tool, hashes map[string]string) (*generation, error) {
 	if len(tools) == 0 {
 		b.cfg.Logger.Info("mcptool: no remote tools to serve")
 		return nil, nil
 	}
 	cfg := b.cfg.Worker
-	cfg.ID = b.cfg.Worker.ID + "-g" + strconv.FormatInt(b.generations.Add(1), 10)
-	cfg.Replace = cfg.Replace || !first
+	n := b.generations.Add(1)
+	cfg.ID = b.cfg.Worker.ID + "-g" + strconv.FormatInt(n, 10)
+	// Later generations replace the specs of earlier ones, which may still
+	// be draining.
+	cfg.Replace = cfg.Replace || n > 1
 	w, err := worker.New(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("mcptool: %w", err)
