@@ -74,7 +74,10 @@ type Handler struct {
 // Route is one route of the API: a method and an http.ServeMux path
 // pattern, as in the OpenAPI document.
 type Route struct {
-	Method, Path string
+	// Method is the HTTP method (GET also serves HEAD).
+	Method string
+	// Path is the path pattern, with {id} for a call id.
+	Path string
 }
 
 // route is a Route and how it is served.

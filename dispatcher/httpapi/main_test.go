@@ -1,7 +1,6 @@
 package httpapi_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -220,14 +219,4 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// jsonBody encodes v.
-func jsonBody(t *testing.T, v any) string {
-	t.Helper()
-	var b bytes.Buffer
-	if err := json.NewEncoder(&b).Encode(v); err != nil {
-		t.Fatal(err)
-	}
-	return b.String()
 }
