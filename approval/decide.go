@@ -210,9 +210,11 @@ func (s *Service) decide(ctx context.Context, id string, d decision) (*HeldCall,
 	}
 	switch verdict[0] {
 	case "rejected":
+		s.ended(ctx, h, StatusRejected)
 		reason := cmpReason(d.reason)
 		s.answer(ctx, h, windlass.CodeRejected, fmt.Sprintf("The call to %q was rejected by %s: %s", h.Tool, d.reviewer, reason))
 	case "approved":
+		s.ended(ctx, h, StatusApproved)
 		if err := s.release(ctx, h); err != nil {
 			// Approved and recorded: Run's next start, or the next
 			// decision attempt's 409, finds it unreleased and resumes.

@@ -14,10 +14,13 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/approval/release"
 	"github.com/windlass-dev/windlass/internal/layout"
+	"github.com/windlass-dev/windlass/internal/telemetry"
 	"github.com/windlass-dev/windlass/registry"
 )
 
@@ -74,6 +77,16 @@ type Config struct {
 	Notify func(ctx context.Context, ev AuditEvent, call *HeldCall) error
 	// Logger receives the service's logs. Default: discard.
 	Logger *slog.Logger
+	// TracerProvider records each hold as a span of its own ("approval_hold
+	// <tool>", from the call's arrival to its decision), linked to the
+	// call's trace, and passes the call's trace context on with its
+	// release. Default: the global provider; off while no SDK is installed
+	// there.
+	TracerProvider trace.TracerProvider
+	// MeterProvider receives the service's metrics (held calls, decision
+	// latency, webhook deliveries). Default: the global provider as it is
+	// when New runs; off while no SDK is installed there.
+	MeterProvider metric.MeterProvider
 }
 
 // Service holds gated calls until reviewers decide. Safe for concurrent use.
@@ -83,6 +96,8 @@ type Service struct {
 	js      jetstream.JetStream
 	auth    *authenticator
 	cancels cancels
+	tracer  telemetry.Tracer
+	metrics *telemetry.ApprovalMetrics // nil: metrics off
 }
 
 // New returns a service configured by cfg.
@@ -120,7 +135,8 @@ func New(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("approval: jetstream: %w", err)
 	}
-	return &Service{cfg: cfg, store: &store{rc: cfg.Redis, prefix: cfg.Prefix}, js: js, auth: auth}, nil
+	return &Service{cfg: cfg, store: &store{rc: cfg.Redis, prefix: cfg.Prefix}, js: js, auth: auth,
+		tracer: telemetry.NewTracer(cfg.TracerProvider), metrics: telemetry.NewApprovalMetrics(cfg.MeterProvider)}, nil
 }
 
 func (s *Service) policy(tool string) ToolPolicy {
@@ -159,6 +175,13 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("approval: status subject: %w", err)
 	}
 	defer func() { _ = statusSub.Unsubscribe() }()
+	summarySub, err := s.cfg.Conn.QueueSubscribe(layout.ApprovalSummarySubject, ConsumerName, s.answerSummary)
+	if err != nil {
+		it.Stop()
+		return fmt.Errorf("approval: summary subject: %w", err)
+	}
+	defer func() { _ = summarySub.Unsubscribe() }()
+	defer s.metrics.ObserveHeld(s.store.countPending)()
 	stopCancels, err := s.followCancels(ctx)
 	if err != nil {
 		it.Stop()
@@ -244,7 +267,8 @@ func (s *Service) intake(ctx context.Context, msg jetstream.Msg) {
 	h := &HeldCall{ID: call.ID, Tool: call.Name, Arguments: args, ArgsHash: argsHash, SpecHash: call.SpecHash,
 		Requester: call.Metadata["requester"], Metadata: call.Metadata, RequestedAt: now, ExpiresAt: expires,
 		Status: StatusPending, RequiredApprovals: p.RequiredApprovals, call: call,
-		origin: msg.Headers().Get(layout.HeaderOrigin), forbidSelf: p.ForbidSelfApproval}
+		origin: msg.Headers().Get(layout.HeaderOrigin), forbidSelf: p.ForbidSelfApproval,
+		traceparent: msg.Headers().Get(layout.HeaderTraceparent)}
 	if strings.ContainsRune(h.Requester, ',') {
 		h.Requester = strings.ReplaceAll(h.Requester, ",", "_")
 	}
@@ -296,6 +320,7 @@ func (s *Service) answerExpired(ctx context.Context, ids []string) {
 		if err != nil {
 			continue
 		}
+		s.ended(ctx, h, StatusExpired)
 		s.answer(ctx, h, windlass.CodeExpired, fmt.Sprintf("The call to %q was not approved within its approval window (it expired at %s) and was not run.", h.Tool, h.ExpiresAt.Format(time.RFC3339)))
 	}
 }
@@ -348,6 +373,10 @@ func (s *Service) release(ctx context.Context, h *HeldCall) error {
 	m := &nats.Msg{Subject: layout.CallSubject(h.Tool), Data: data, Header: nats.Header{
 		nats.MsgIdHdr: []string{h.ID}, layout.HeaderOrigin: []string{h.origin}, release.Header: []string{hdr},
 		layout.HeaderProtocol: []string{fmt.Sprint(windlass.ProtocolVersion)}}}
+	if h.traceparent != "" {
+		// The worker's span continues the caller's trace.
+		m.Header.Set(layout.HeaderTraceparent, h.traceparent)
+	}
 	if _, err := s.js.PublishMsg(ctx, m); err != nil {
 		return fmt.Errorf("approval: release %q: %w", h.ID, err)
 	}

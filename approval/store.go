@@ -76,9 +76,10 @@ type HeldCall struct {
 	// Released is true once an approved call was published to its tool.
 	Released bool `json:"released"`
 
-	call       windlass.ToolCall
-	forbidSelf bool
-	origin     string
+	call        windlass.ToolCall
+	forbidSelf  bool
+	origin      string
+	traceparent string // the call's W3C trace context, when it came with one
 }
 
 // store is the approval service's Redis layout (see the package doc).
@@ -211,7 +212,7 @@ func (s *store) hold(ctx context.Context, h *HeldCall) (bool, error) {
 		"call", string(callJSON), "args", string(h.Arguments), "args_hash", h.ArgsHash, "tool", h.Tool,
 		"spec_hash", h.SpecHash, "requester", h.Requester, "metadata", string(meta), "origin", h.origin,
 		"requested_ms", h.RequestedAt.UnixMilli(), "expires_ms", h.ExpiresAt.UnixMilli(),
-		"required", h.RequiredApprovals, "forbid_self", boolField(h.forbidSelf), "released", "0"}
+		"required", h.RequiredApprovals, "forbid_self", boolField(h.forbidSelf), "released", "0", "traceparent", h.traceparent}
 	n, err := holdScript.Run(ctx, s.rc, []string{s.callKey(h.ID), s.pendingKey(), s.statusKey(StatusPending), s.auditKey()}, args...).Int()
 	if err != nil {
 		return false, fmt.Errorf("approval: hold %q: %w", h.ID, err)
@@ -311,7 +312,7 @@ func (s *store) get(ctx context.Context, id string) (*HeldCall, error) {
 func decodeHeld(id string, m map[string]string) (*HeldCall, error) {
 	h := &HeldCall{ID: id, Tool: m["tool"], Arguments: json.RawMessage(m["args"]), ArgsHash: m["args_hash"],
 		SpecHash: m["spec_hash"], Requester: m["requester"], Status: Status(m["status"]), Reason: m["reason"],
-		RejectedBy: m["rejected_by"], Released: m["released"] == "1", origin: m["origin"]}
+		RejectedBy: m["rejected_by"], Released: m["released"] == "1", origin: m["origin"], traceparent: m["traceparent"]}
 	if m["approved_args"] != "" {
 		h.ApprovedArguments = json.RawMessage(m["approved_args"])
 	}

@@ -51,6 +51,7 @@ func WebhookNotifier(sender *webhook.Sender) func(context.Context, AuditEvent, *
 // webhook log (<prefix>webhooks, a Redis stream capped at about 100,000
 // entries), for webhook.Config.OnAttempt.
 func (s *Service) RecordWebhookAttempt(ctx context.Context, a webhook.Attempt) error {
+	s.metrics.Webhook(ctx, a.Err == nil && a.StatusCode >= 200 && a.StatusCode < 300)
 	errText := ""
 	if a.Err != nil {
 		errText = a.Err.Error()

@@ -113,9 +113,13 @@ func (d *Dispatcher) prepare(ctx context.Context, name string, args any, opts []
 		layout.HeaderOrigin:   []string{d.cfg.ID},
 		layout.HeaderProtocol: []string{protocolVersion},
 	}}
-	if max := d.cfg.Conn.MaxPayload(); int64(len(data)+headerSize(msg.Header)) > max {
+	size := len(data) + headerSize(msg.Header)
+	if d.tracer.Enabled() {
+		size += traceHeaderReserve // traceparent, injected by publish
+	}
+	if max := d.cfg.Conn.MaxPayload(); int64(size) > max {
 		return nil, &windlass.CallError{Code: windlass.CodePayloadTooLarge, Message: fmt.Sprintf(
-			"The call to %q is %d bytes encoded, over the NATS server's max payload of %d bytes; send large inputs by reference.", name, len(data)+headerSize(msg.Header), max)}
+			"The call to %q is %d bytes encoded, over the NATS server's max payload of %d bytes; send large inputs by reference.", name, size, max)}
 	}
 	return &prepared{call: call, subject: subject, msg: msg, ownID: o.id != ""}, nil
 }
@@ -172,6 +176,8 @@ func (d *Dispatcher) schema(spec windlass.Spec, hash string) (*windlass.Argument
 // stream's duplicate window. An accepted call gets its queued event, stored
 // before publish returns.
 func (d *Dispatcher) publish(ctx context.Context, p *prepared) (duplicate bool, err error) {
+	ctx, span := d.startSend(ctx, p)
+	defer func() { endSend(span, err) }()
 	if p.ownID {
 		if _, ok := d.lastEvent(ctx, p.call.ID, windlass.EventQueued); ok {
 			return true, nil
@@ -238,8 +244,22 @@ func (d *Dispatcher) publishDurably(ctx context.Context, m *nats.Msg) (ack *jets
 func (d *Dispatcher) Call(ctx context.Context, name string, args any, opts ...CallOption) (windlass.ToolResult, error) {
 	p, err := d.prepare(ctx, name, args, opts)
 	if err != nil {
-		return refusal(name, err)
+		r, err := refusal(name, err)
+		d.metrics.Refused(ctx, r)
+		return r, err
 	}
+	if d.metrics == nil {
+		return d.call(ctx, p)
+	}
+	done := d.metrics.Start(ctx, name)
+	r, err := d.call(ctx, p)
+	done(r)
+	return r, err
+}
+
+// call publishes a prepared call and waits for its result.
+func (d *Dispatcher) call(ctx context.Context, p *prepared) (windlass.ToolResult, error) {
+	name := p.call.Name
 	// For a gated call too: the approval service never runs it past this
 	// deadline (its release deadline is capped by it).
 	waitCtx, cancel := context.WithDeadline(ctx, p.call.Deadline)

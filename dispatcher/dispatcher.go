@@ -14,9 +14,12 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/internal/layout"
+	"github.com/windlass-dev/windlass/internal/telemetry"
 	"github.com/windlass-dev/windlass/registry"
 )
 
@@ -58,6 +61,16 @@ type Config struct {
 	Replicas int
 	// Logger receives the dispatcher's logs. Default: discard.
 	Logger *slog.Logger
+	// TracerProvider traces each call's publish (a producer span, child of
+	// the caller's span in ctx, whose W3C context travels in the call's
+	// headers). Default: the global provider; while no SDK is installed
+	// there, tracing is off and costs nothing.
+	TracerProvider trace.TracerProvider
+	// MeterProvider receives the dispatcher's metrics (calls by tool and
+	// outcome, call duration, calls in flight, live workers per tool,
+	// registry staleness). Default: the global provider as it is when New
+	// runs; off while no SDK is installed there.
+	MeterProvider metric.MeterProvider
 }
 
 // Dispatcher submits calls to the fleet and collects their results. It is
@@ -71,6 +84,10 @@ type Dispatcher struct {
 	dead    jetstream.Stream
 	view    *registry.View
 	sub     *nats.Subscription
+
+	tracer            telemetry.Tracer
+	metrics           *telemetry.DispatcherMetrics // nil: metrics off
+	unobserveRegistry func()
 
 	pending sync.Map // call id -> chan windlass.ToolResult (buffered 1)
 	schemas sync.Map // spec hash -> *windlass.ArgumentsSchema
@@ -130,6 +147,9 @@ func New(ctx context.Context, cfg Config) (*Dispatcher, error) {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
 	d.view = view
+	d.tracer = telemetry.NewTracer(cfg.TracerProvider)
+	d.metrics = telemetry.NewDispatcherMetrics(cfg.MeterProvider)
+	d.unobserveRegistry = d.observeRegistry()
 	go d.sweepAfterReconnects()
 	return d, nil
 }
@@ -146,6 +166,7 @@ func (d *Dispatcher) Close() error {
 	close(d.done)
 	<-d.sweeperDone
 	err := d.sub.Unsubscribe()
+	d.unobserveRegistry()
 	d.view.Close()
 	return err
 }

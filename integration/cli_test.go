@@ -470,7 +470,7 @@ func TestCLICallLifecycle(t *testing.T) {
 			{[]string{"frobnicate"}, `unknown command "frobnicate"`},
 			{[]string{"cancel"}, "call ID"},
 			{[]string{"watch"}, "call ID"},
-			{[]string{"status"}, "call ID"},
+			{[]string{"status", "a", "b"}, "call ID"},
 			{[]string{"cancel", "bad id"}, "call ID"},
 			{[]string{"status", `a"b`}, "call ID"},
 			{[]string{"dead", "replay", "x"}, "SEQ"},

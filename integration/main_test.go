@@ -15,5 +15,9 @@ func TestMain(m *testing.M) {
 		// binary itself so that it can be killed (see faultworker_test.go).
 		os.Exit(runFaultWorker())
 	}
+	if os.Getenv(traceWorkerEnv) != "" {
+		// A worker process of the trace test (see traceworker_test.go).
+		os.Exit(runTraceWorker())
+	}
 	goleak.VerifyTestMain(m)
 }

@@ -12,10 +12,12 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/approval/release"
 	"github.com/windlass-dev/windlass/internal/layout"
+	"github.com/windlass-dev/windlass/internal/telemetry"
 )
 
 // decision is what settle does with a call's message.
@@ -71,12 +73,24 @@ func (w *Worker) Stats() Stats {
 	}
 }
 
-// handle runs one delivered call and settles its message.
+// handle runs one delivered call and settles its message, in the call's
+// consumer span when tracing is on.
 func (w *Worker) handle(ctx context.Context, msg jetstream.Msg, t *registered, log *slog.Logger) {
+	if !w.tracer.Enabled() {
+		w.process(ctx, msg, t, log)
+		return
+	}
+	ctx, span := w.startProcess(ctx, msg, t)
+	defer span.End()
+	w.process(ctx, msg, t, log)
+}
+
+// process runs one delivered call and settles its message.
+func (w *Worker) process(ctx context.Context, msg jetstream.Msg, t *registered, log *slog.Logger) {
 	origin := msg.Headers().Get(layout.HeaderOrigin)
 	meta, err := msg.Metadata()
 	if err != nil {
-		log.Error("worker: message without JetStream metadata; terminating", "tool", t.spec.Name, "error", err)
+		log.ErrorContext(ctx, "worker: message without JetStream metadata; terminating", "tool", t.spec.Name, "error", err)
 		w.settle(ctx, msg, term, nil, origin, log)
 		return
 	}
@@ -88,7 +102,7 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg, t *registered, l
 		}
 		w.stats.malformed.Add(1)
 		id := readableID(msg.Data())
-		log.Warn("worker: malformed call; terminating it", "tool", t.spec.Name, "call_id", id, "error", err)
+		log.WarnContext(ctx, "worker: malformed call; terminating it", "tool", t.spec.Name, "call_id", id, "error", err)
 		if id == "" {
 			w.settle(ctx, msg, term, nil, origin, log)
 			return
@@ -99,6 +113,7 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg, t *registered, l
 		return
 	}
 	call.Attempt = int(meta.NumDelivered)
+	identify(ctx, call)
 	log = log.With("call_id", call.ID, "tool", call.Name, "attempt", call.Attempt)
 
 	// One heartbeat from delivery until the message is settled, which
@@ -112,7 +127,7 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg, t *registered, l
 		// answer; running the call again would only repeat its effects.
 		// Checked first: an answered call is not dead, however many
 		// deliveries it took.
-		log.Info("worker: redelivered call already answered; acking without running")
+		log.InfoContext(ctx, "worker: redelivered call already answered; acking without running")
 		w.stats.alreadyAnswered.Add(1)
 		w.settle(ctx, msg, ack, nil, origin, log)
 		return
@@ -127,7 +142,7 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg, t *registered, l
 	if r, refused, err := w.refuse(ctx, call, t, msg, meta); err != nil {
 		// Not the release's fault (Redis unreachable for the ledger): try
 		// again later rather than answer rejected.
-		log.Warn("worker: cannot check the release now; retrying the call later", "error", err)
+		log.WarnContext(ctx, "worker: cannot check the release now; retrying the call later", "error", err)
 		w.stats.requeued.Add(1)
 		hb.stop()
 		_ = msg.NakWithDelay(time.Second)
@@ -148,7 +163,7 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg, t *registered, l
 		stop()
 	}
 	if canceled {
-		log.Info("worker: call was canceled before it started; answering canceled")
+		log.InfoContext(ctx, "worker: call was canceled before it started; answering canceled")
 		w.stats.canceled.Add(1)
 		r := windlass.ResultFromError(call, windlass.CancelCause(rec.Reason))
 		r.Worker = w.cfg.ID
@@ -158,13 +173,22 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg, t *registered, l
 	hb.watch()
 	w.publishEvent(call, windlass.Event{Kind: windlass.EventStarted, Attempt: call.Attempt})
 
-	result := windlass.Invoke(windlass.ContextWithProgress(callCtx, hb.report), t.tool, call)
+	done := w.metrics.Started(ctx, call.Name, meta.Timestamp)
+	execCtx, span := w.startExecute(callCtx, call)
+	result := windlass.Invoke(windlass.ContextWithProgress(execCtx, hb.report), t.tool, call)
+	endExecute(span, result)
+	if done != nil {
+		done(result)
+	}
+	if log.Enabled(ctx, slog.LevelDebug) {
+		log.DebugContext(ctx, "worker: call ran", "outcome", telemetry.OutcomeOf(result), "duration_ms", result.DurationMS)
+	}
 	result.Worker = w.cfg.ID
 	result.Attempt = call.Attempt
 
 	switch {
 	case errors.Is(context.Cause(callCtx), errShutdown) && result.IsError:
-		log.Info("worker: call interrupted by shutdown; handing it back")
+		log.InfoContext(ctx, "worker: call interrupted by shutdown; handing it back")
 		hb.stop()
 		w.settle(ctx, msg, nak, nil, origin, log)
 		return
@@ -176,12 +200,12 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg, t *registered, l
 		return
 	}
 	if delay, ok := w.retryDelay(call, t, result); ok {
-		log.Info("worker: retryable failure; the call will be retried", "in", delay, "error", result.Content)
+		log.InfoContext(ctx, "worker: retryable failure; the call will be retried", "in", delay, "error", result.Content)
 		w.stats.retried.Add(1)
 		w.publishEvent(call, windlass.Event{Kind: windlass.EventRetrying, Attempt: call.Attempt, Error: result.Error, RetryAt: time.Now().Add(delay)})
 		hb.stop()
 		if err := msg.NakWithDelay(delay); err != nil {
-			log.Warn("worker: handing the call back for a retry failed; it is redelivered after the ack wait", "error", err)
+			log.WarnContext(ctx, "worker: handing the call back for a retry failed; it is redelivered after the ack wait", "error", err)
 		}
 		return
 	}
@@ -259,7 +283,7 @@ func (w *Worker) bury(ctx context.Context, msg jetstream.Msg, call windlass.Tool
 	}
 	r := windlass.ErrorResult(call, windlass.CodeWorkerLost, text)
 	r.Worker = w.cfg.ID
-	log.Warn("worker: call ran out of deliveries; answering worker_lost", "deliveries", lost)
+	log.WarnContext(ctx, "worker: call ran out of deliveries; answering worker_lost", "deliveries", lost)
 	if !w.recordDead(ctx, call, lost, *r.Error, origin, log) {
 		return
 	}
@@ -287,14 +311,14 @@ func (w *Worker) recordDead(ctx context.Context, call windlass.ToolCall, deliver
 	call.Attempt = 0 // the replay starts afresh
 	data, err := json.Marshal(windlass.DeadCall{Call: call, Error: cause, Deliveries: deliveries, Worker: w.cfg.ID, DiedAt: time.Now(), Origin: origin})
 	if err != nil {
-		log.Error("worker: encode dead call", "error", err)
+		log.ErrorContext(ctx, "worker: encode dead call", "error", err)
 		return false
 	}
 	m := &nats.Msg{Subject: layout.DeadSubject(call.Name), Data: data, Header: nats.Header{
 		nats.MsgIdHdr: []string{layout.DeadMsgID(call.ID)}, layout.HeaderProtocol: []string{protocolVersion},
 	}}
 	if _, err := w.publishDurably(ctx, m); err != nil {
-		log.Error("worker: could not record the dead call; leaving it for redelivery", "error", err)
+		log.ErrorContext(ctx, "worker: could not record the dead call; leaving it for redelivery", "error", err)
 		return false
 	}
 	w.stats.dead.Add(1)
@@ -358,11 +382,13 @@ func (w *Worker) settle(ctx context.Context, msg jetstream.Msg, d decision, resu
 	if result != nil {
 		if err := w.publishResult(ctx, *result, origin); err != nil {
 			// Not acked: JetStream redelivers the call after AckWait.
-			log.Error("worker: could not publish the result; leaving the call for redelivery", "error", err)
+			log.ErrorContext(ctx, "worker: could not publish the result; leaving the call for redelivery", "error", err)
 			return
 		}
+		w.metrics.Answered(ctx, *result)
 		if result.IsError {
 			w.stats.failed.Add(1)
+			telemetry.SetError(trace.SpanFromContext(ctx), string(result.Code()), result.Content)
 		} else {
 			w.stats.completed.Add(1)
 		}
@@ -378,7 +404,7 @@ func (w *Worker) settle(ctx context.Context, msg jetstream.Msg, d decision, resu
 		err = msg.Nak()
 	}
 	if err != nil {
-		log.Warn("worker: settling the call's message failed", "error", err)
+		log.WarnContext(ctx, "worker: settling the call's message failed", "error", err)
 	}
 }
 

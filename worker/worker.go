@@ -15,10 +15,13 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/approval/release"
 	"github.com/windlass-dev/windlass/internal/layout"
+	"github.com/windlass-dev/windlass/internal/telemetry"
 	"github.com/windlass-dev/windlass/registry"
 )
 
@@ -72,8 +75,21 @@ type Config struct {
 	// Ledger makes releases single-use across workers. Nil skips that check
 	// (a release is still bound to its call, arguments and expiry).
 	Ledger *release.Ledger
-	// Logger receives the worker's logs. Default: discard.
+	// Logger receives the worker's logs. Default: discard. Lines written
+	// while a call is handled are logged with the call's context, which
+	// carries its span when tracing is on.
 	Logger *slog.Logger
+	// TracerProvider traces each call: a consumer span ("process"), child
+	// of the trace context in the call's headers, and a child span around
+	// the tool's execution ("execute_tool <tool>"). Default: the global
+	// provider; while no SDK is installed there, tracing is off and costs
+	// nothing.
+	TracerProvider trace.TracerProvider
+	// MeterProvider receives the worker's metrics (calls by tool and
+	// outcome, execution duration, queue wait, calls in flight). Default:
+	// the global provider as it is when New runs; off while no SDK is
+	// installed there.
+	MeterProvider metric.MeterProvider
 }
 
 func (c Config) withDefaults() Config {
@@ -163,6 +179,9 @@ type Worker struct {
 	slots chan struct{} // process-wide concurrency
 	stats stats
 
+	tracer  telemetry.Tracer
+	metrics *telemetry.WorkerMetrics // nil: metrics off
+
 	cancels                                    *cancellations
 	resultsStream, eventsStream, cancelsStream jetstream.Stream
 }
@@ -173,7 +192,8 @@ func New(cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	return &Worker{cfg: cfg, tools: map[string]*registered{}, slots: make(chan struct{}, cfg.MaxConcurrency), cancels: newCancellations()}, nil
+	return &Worker{cfg: cfg, tools: map[string]*registered{}, slots: make(chan struct{}, cfg.MaxConcurrency), cancels: newCancellations(),
+		tracer: telemetry.NewTracer(cfg.TracerProvider), metrics: telemetry.NewWorkerMetrics(cfg.MeterProvider)}, nil
 }
 
 // ID returns the worker's id.

@@ -47,6 +47,7 @@ func runApproval(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	listen := stringFlag(fs, "listen", "127.0.0.1:8090", "address of the HTTP API and dashboard")
 	replicas := intFlag(fs, "replicas", 1, "replicas of the streams when the service creates them (3 on a three-node JetStream cluster)")
 	healthListen := healthFlag(fs)
+	metricsListen := metricsFlag(fs)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -61,6 +62,11 @@ func runApproval(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	defer sess.Close()
 	log, nc, rc, reg := sess.log, sess.nc, sess.rc, sess.reg
 	a.replicas = *replicas
+	stopTelemetry, err := startTelemetry(ctx, "windlass-approval", *metricsListen, log)
+	if err != nil {
+		return err
+	}
+	defer stopTelemetry()
 	svc, closeHooks, err := a.service(nc, rc, reg, *c.prefix, log)
 	if err != nil {
 		return err

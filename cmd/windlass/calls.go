@@ -192,12 +192,23 @@ type statusJSON struct {
 }
 
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("status", "status [flags] ID", stderr)
+	fs := newFlags("status", "status [flags] [ID]", stderr)
 	c := commonFlags(fs)
 	asJSON := boolFlag(fs, "json", false, "print the status as one JSON object")
+	watch := boolFlag(fs, "watch", false, "without ID: refresh the fleet view every --interval until interrupted")
+	interval := durationFlag(fs, "interval", 2*time.Second, "refresh period of --watch")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
+	}
+	if len(pos) == 0 {
+		// The fleet at a glance.
+		d, closeAll, err := c.openDispatcher(ctx, "status", stderr)
+		if err != nil {
+			return err
+		}
+		defer closeAll()
+		return runFleet(ctx, d, stdout, *asJSON, *watch, *interval)
 	}
 	id, err := callIDArg(fs, pos)
 	if err != nil {

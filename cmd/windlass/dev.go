@@ -29,6 +29,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	approvalListen := stringFlag(fs, "approval-listen", "127.0.0.1:0", "address of the approval service's API and dashboard (port 0: a free port)")
 	apiListen := stringFlag(fs, "api-listen", "127.0.0.1:0", "address of the dispatcher's HTTP API, open without API keys (port 0: a free port)")
 	a := approvalFlags(fs)
+	metricsListen := metricsFlag(fs)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -40,6 +41,11 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
+	stopTelemetry, err := startTelemetry(ctx, "windlass-dev", *metricsListen, log)
+	if err != nil {
+		return err
+	}
+	defer stopTelemetry()
 
 	store := *dataDir
 	if store == "" {

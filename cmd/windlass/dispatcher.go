@@ -38,6 +38,7 @@ func runDispatcher(ctx context.Context, args []string, stdout, stderr io.Writer)
 	maxBody := intFlag(fs, "max-body", httpapi.DefaultMaxBodyBytes, "largest request body, in bytes")
 	maxWait := durationFlag(fs, "max-wait", httpapi.DefaultMaxWait, "longest a POST /v1/calls waits for the result before answering 202 with the call's URL")
 	replicas := intFlag(fs, "replicas", 1, "replicas of the streams when this dispatcher creates them")
+	metricsListen := metricsFlag(fs)
 	mcpPath := stringFlag(fs, "mcp-path", "/mcp", "path of the MCP server (streamable HTTP) beside the API, behind the same API keys; empty: none")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
@@ -55,6 +56,11 @@ func runDispatcher(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return err
 	}
 	defer sess.Close()
+	stopTelemetry, err := startTelemetry(ctx, "windlass-dispatcher", *metricsListen, sess.log)
+	if err != nil {
+		return err
+	}
+	defer stopTelemetry()
 	d, err := dispatcher.New(ctx, dispatcher.Config{Conn: sess.nc, Registry: sess.reg, ID: sess.dispatcherID, Replicas: *replicas, Logger: sess.log})
 	if err != nil {
 		return err

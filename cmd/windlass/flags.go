@@ -19,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/windlass-dev/windlass/dispatcher"
+	"github.com/windlass-dev/windlass/internal/telemetry"
 	"github.com/windlass-dev/windlass/registry"
 )
 
@@ -112,11 +113,12 @@ func (c *common) logger(w io.Writer) (*slog.Logger, error) {
 		return nil, fmt.Errorf("--log-level %q: use debug, info, warn or error", *c.logLevel)
 	}
 	opts := &slog.HandlerOptions{Level: level}
+	// Lines logged with a call's context carry its trace_id and span_id.
 	switch *c.logFormat {
 	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
+		return slog.New(telemetry.NewLogHandler(slog.NewTextHandler(w, opts))), nil
 	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
+		return slog.New(telemetry.NewLogHandler(slog.NewJSONHandler(w, opts))), nil
 	}
 	return nil, fmt.Errorf("--log-format %q: use text or json", *c.logFormat)
 }

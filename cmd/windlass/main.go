@@ -28,7 +28,7 @@ func commands() []command {
 		{"dispatcher", "serve the fleet's HTTP API (tools, calls, events; OpenAPI at /v1/openapi.json); also: dispatcher apikey [NAME]", runDispatcher},
 		{"call", "call a tool: windlass call TOOL JSON; prints the content (--async: prints the call id)", runCall},
 		{"watch", "follow a call's events until it finishes, then print its result: watch ID", runWatch},
-		{"status", "show where a call stands (state, tool, attempt, worker, progress, result): status ID", runStatus},
+		{"status", "the fleet at a glance (workers, queues, in flight, held approvals; --watch), or where a call stands: status [ID]", runStatus},
 		{"cancel", "cancel a queued, running or held call: cancel ID [--reason TEXT]", runCancel},
 		{"dead", "calls the fleet gave up on: dead list [--tool NAME] | dead replay SEQ [--wait]", runDead},
 		{"tools", "list the fleet's live tools in a provider's format", runTools},

@@ -31,7 +31,7 @@ func TestBadInputExitsTwo(t *testing.T) {
 		{"CancelInvalidID", []string{"cancel", "has space"}, "call ID"},
 		{"WatchMissingID", []string{"watch"}, "watch needs exactly one call ID"},
 		{"WatchInvalidID", []string{"watch", `q"uote`}, "call ID"},
-		{"StatusMissingID", []string{"status", "--json"}, "status needs exactly one call ID"},
+		{"StatusTwoIDs", []string{"status", "a", "b", "--json"}, "status needs exactly one call ID"},
 		{"StatusInvalidID", []string{"status", strings.Repeat("x", 1000)}, "call ID"},
 		{"DeadNoAction", []string{"dead"}, "dead needs list or replay SEQ"},
 		{"DeadUnknownAction", []string{"dead", "bury"}, `unknown action "bury"`},

@@ -27,6 +27,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	replace := boolFlag(fs, "replace", false, "replace differing specs in the registry (rolling upgrade)")
 	releaseKeys := stringFlag(fs, "release-public-keys", "", "comma-separated approval-service public keys, ed25519:<base64>; without them gated tools refuse every call")
 	healthListen := healthFlag(fs)
+	metricsListen := metricsFlag(fs)
 	mcpServers := mcpFlag(fs)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
@@ -55,6 +56,11 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
+	stopTelemetry, err := startTelemetry(ctx, "windlass-worker", *metricsListen, log)
+	if err != nil {
+		return err
+	}
+	defer stopTelemetry()
 	wcfg := worker.Config{JetStream: js, Registry: reg, ID: *id, MaxConcurrency: *concurrency,
 		AckWait: *ackWait, ShutdownGrace: *grace, Replicas: *replicas, Replace: *replace, Logger: log,
 		Releases: verifier, Ledger: release.NewLedger(rc, *c.prefix)}

@@ -46,6 +46,9 @@ const (
 	HeaderOrigin = "Windlass-Origin"
 	// HeaderProtocol carries the protocol version of the message body.
 	HeaderProtocol = "Windlass-Protocol"
+	// HeaderTraceparent carries the call's W3C trace context when tracing
+	// is on (the W3C name; internal/telemetry writes and reads it).
+	HeaderTraceparent = "traceparent"
 )
 
 // CallSubject is the subject a tool's calls are published on.
@@ -62,6 +65,11 @@ func ApprovalSubject(tool string) string { return approvalPrefix + tool }
 // service answers "what about call <id>?" with the held call. No stream
 // captures it.
 const ApprovalStatusSubject = "windlass.status.approval"
+
+// ApprovalSummarySubject is the request/reply subject on which the approval
+// service answers with the number of held calls pending, by tool (for
+// `windlass status`). No stream captures it.
+const ApprovalSummarySubject = "windlass.status.approvals"
 
 // ApprovalSubjects is the approvals stream's subject filter.
 const ApprovalSubjects = approvalPrefix + "*"

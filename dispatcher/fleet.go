@@ -1,0 +1,108 @@
+package dispatcher
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/windlass-dev/windlass/internal/layout"
+)
+
+// ToolStatus is one tool in [FleetStatus].
+type ToolStatus struct {
+	// Tool is the tool's name.
+	Tool string `json:"tool"`
+	// RequiresApproval reports a gated tool.
+	RequiresApproval bool `json:"requires_approval,omitempty"`
+	// LiveWorkers are the ids of the workers holding a live lease.
+	LiveWorkers []string `json:"live_workers"`
+	// Queued counts calls waiting in the tool's queue for a worker (its
+	// consumer's pending messages).
+	Queued uint64 `json:"queued"`
+	// InFlight counts calls delivered to a worker and not yet settled (the
+	// consumer's ack pending): running, or about to be redelivered.
+	InFlight int `json:"in_flight"`
+	// Redelivered counts calls delivered more than once and not yet
+	// settled: their worker was lost or stalled, or a retry is due.
+	Redelivered int `json:"redelivered"`
+	// Held counts gated calls the approval service holds pending a
+	// decision.
+	Held int `json:"held"`
+}
+
+// FleetStatus is the fleet at a glance: every tool in the registry with
+// its live workers, its queue and its held approvals.
+type FleetStatus struct {
+	// At is when the status was read.
+	At time.Time `json:"at"`
+	// Tools in the registry, by name.
+	Tools []ToolStatus `json:"tools"`
+	// RegistryStaleness is how long ago this dispatcher's registry view
+	// last synced with Redis.
+	RegistryStaleness time.Duration `json:"registry_staleness_ns"`
+	// ApprovalService reports whether an approval service answered.
+	ApprovalService bool `json:"approval_service"`
+}
+
+// Fleet reads the fleet's status: the registry from this dispatcher's
+// view, each tool's queue from its consumer on the calls stream, and the
+// held calls from the approval service (none when no approval service
+// runs).
+func (d *Dispatcher) Fleet(ctx context.Context) (FleetStatus, error) {
+	tools, asOf := d.view.Tools()
+	fs := FleetStatus{At: time.Now(), RegistryStaleness: d.view.Staleness(), Tools: make([]ToolStatus, 0, len(tools))}
+	held, answered, err := d.heldByTool(ctx)
+	if err != nil {
+		return fs, err
+	}
+	fs.ApprovalService = answered
+	for _, t := range tools {
+		ts := ToolStatus{Tool: t.Spec.Name, RequiresApproval: t.Spec.RequiresApproval,
+			LiveWorkers: t.LiveWorkers(asOf), Held: held[t.Spec.Name]}
+		if ts.LiveWorkers == nil {
+			ts.LiveWorkers = []string{}
+		}
+		c, err := d.js.Consumer(ctx, layout.CallsStream, layout.ConsumerName(t.Spec.Name))
+		switch {
+		case errors.Is(err, jetstream.ErrConsumerNotFound):
+			// No worker ever served it: nothing queued there.
+		case err != nil:
+			return fs, fmt.Errorf("dispatcher: fleet: queue of %q: %w", t.Spec.Name, err)
+		default:
+			info := c.CachedInfo()
+			ts.Queued, ts.InFlight, ts.Redelivered = info.NumPending, info.NumAckPending, info.NumRedelivered
+		}
+		fs.Tools = append(fs.Tools, ts)
+	}
+	return fs, nil
+}
+
+// heldByTool asks the approval service how many calls it holds pending, by
+// tool; answered is false when no approval service runs.
+func (d *Dispatcher) heldByTool(ctx context.Context) (held map[string]int, answered bool, err error) {
+	reqCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	m, err := d.cfg.Conn.RequestWithContext(reqCtx, layout.ApprovalSummarySubject, nil)
+	if errors.Is(err, nats.ErrNoResponders) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("dispatcher: fleet: ask the approval service: %w", err)
+	}
+	var reply struct {
+		Pending map[string]int `json:"pending"`
+		Error   string         `json:"error"`
+	}
+	if err := json.Unmarshal(m.Data, &reply); err != nil {
+		return nil, false, fmt.Errorf("dispatcher: fleet: approval service reply: %w", err)
+	}
+	if reply.Error != "" {
+		return nil, false, fmt.Errorf("dispatcher: fleet: approval service: %s", reply.Error)
+	}
+	return reply.Pending, true, nil
+}
