@@ -156,9 +156,11 @@ func New(cfg Config) (*Handler, error) {
 			return nil, err
 		}
 	}
-	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, CodeNotFound, fmt.Sprintf("no route %s %s; see GET /v1/openapi.json", r.Method, r.URL.Path))
-	})
+	if _, taken := cfg.Extra["/"]; !taken { // an Extra "/" serves what no route does
+		h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+			writeError(w, CodeNotFound, fmt.Sprintf("no route %s %s; see GET /v1/openapi.json", r.Method, r.URL.Path))
+		})
+	}
 	return h, nil
 }
 

@@ -57,6 +57,9 @@ func TestExtra(t *testing.T) {
 			t.Errorf("Extra %q: New accepted a pattern that clashes with the API", pattern)
 		}
 	}
+	if _, err := httpapi.New(httpapi.Config{Dispatcher: f.d, Extra: map[string]http.Handler{"/": mcp}}); err != nil {
+		t.Errorf("Extra \"/\" (serve what no route does): %v", err)
+	}
 	if _, err := httpapi.New(httpapi.Config{}); err == nil || !strings.Contains(err.Error(), "Config.Dispatcher") {
 		t.Errorf("New without a dispatcher: %v", err)
 	}
