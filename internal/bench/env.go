@@ -1,0 +1,278 @@
+package bench
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/windlass-dev/windlass/dispatcher"
+	"github.com/windlass-dev/windlass/internal/testserver"
+	"github.com/windlass-dev/windlass/registry"
+)
+
+// Options configures [Start]. The zero value runs everything in this
+// process: an embedded NATS server, a redis-server child process, a worker
+// of the bench tools and a dispatcher.
+type Options struct {
+	// NATSURL is the NATS server to measure. Empty: an in-process server
+	// with JetStream on a free port, its store in a temporary directory.
+	NATSURL string
+	// RedisURL is the registry's Redis. Empty: a redis-server child
+	// process on a free port (redis-server must be on PATH).
+	RedisURL string
+	// RedisPrefix is the registry's key prefix. Default
+	// registry.DefaultPrefix.
+	RedisPrefix string
+	// SyncAlways makes the embedded NATS server sync every write before
+	// acknowledging it (the production setting of deploy/nats).
+	SyncAlways bool
+	// ExternalWorker starts no worker in this process: a worker of the
+	// bench tools (windlass bench --serve) runs elsewhere.
+	ExternalWorker bool
+	// Concurrency of the in-process worker. Default 1024.
+	Concurrency int
+	// Logger receives the fleet's logs. Default: discard.
+	Logger *slog.Logger
+}
+
+// Env is a fleet to measure and its baselines: connections, a dispatcher,
+// a worker of the bench tools unless it runs elsewhere, and the raw
+// responders. Close it.
+type Env struct {
+	run        string
+	natsURL    string
+	redisURL   string
+	natsSrv    *testserver.NATS
+	redisSrv   *testserver.Redis
+	conns      []*nats.Conn
+	clients    []*redis.Client
+	d          *dispatcher.Dispatcher
+	raw        *raw
+	stopWorker context.CancelFunc
+	workerDone chan error
+	closeOnce  sync.Once
+}
+
+// Start sets up a fleet to measure and waits until the dispatcher sees the
+// bench tools live.
+func Start(ctx context.Context, opts Options) (e *Env, err error) {
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	e = &Env{run: strings.ToUpper(rand.Text()[:8]), natsURL: opts.NATSURL, redisURL: opts.RedisURL}
+	defer func() {
+		if err != nil {
+			e.Close()
+			e = nil
+		}
+	}()
+	if e.natsURL == "" {
+		if e.natsSrv, err = testserver.NewNATS(testserver.NATSOptions{SyncAlways: opts.SyncAlways}); err != nil {
+			return nil, fmt.Errorf("bench: embedded NATS: %w", err)
+		}
+		e.natsURL = e.natsSrv.URL()
+	}
+	if e.redisURL == "" {
+		if e.redisSrv, err = testserver.NewRedis(); err != nil {
+			return nil, fmt.Errorf("bench: embedded Redis: %w", err)
+		}
+		e.redisURL = e.redisSrv.URL()
+	}
+	conn := func(name string) (*nats.Conn, error) {
+		nc, err := nats.Connect(e.natsURL, nats.Name("windlass bench "+name), nats.MaxReconnects(-1))
+		if err != nil {
+			return nil, fmt.Errorf("bench: connect to NATS at %s: %w", e.natsURL, err)
+		}
+		e.conns = append(e.conns, nc)
+		return nc, nil
+	}
+	reg := func() (*registry.Registry, error) {
+		ro, err := redis.ParseURL(e.redisURL)
+		if err != nil {
+			return nil, fmt.Errorf("bench: Redis URL %q: %w", e.redisURL, err)
+		}
+		rc := redis.NewClient(ro)
+		e.clients = append(e.clients, rc)
+		return registry.New(registry.Config{Client: rc, Prefix: cmp.Or(opts.RedisPrefix, registry.DefaultPrefix), Logger: log})
+	}
+
+	if !opts.ExternalWorker {
+		wc, err := conn("worker")
+		if err != nil {
+			return nil, err
+		}
+		wr, err := reg()
+		if err != nil {
+			return nil, err
+		}
+		wctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+		e.stopWorker, e.workerDone = stop, make(chan error, 1)
+		go func() {
+			e.workerDone <- ServeWorker(wctx, WorkerConfig{Conn: wc, Registry: wr, Concurrency: opts.Concurrency, Logger: log})
+		}()
+	}
+	dc, err := conn("dispatcher")
+	if err != nil {
+		return nil, err
+	}
+	dr, err := reg()
+	if err != nil {
+		return nil, err
+	}
+	if e.d, err = dispatcher.New(ctx, dispatcher.Config{Conn: dc, Registry: dr, Logger: log}); err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	callerConn, err := conn("raw caller")
+	if err != nil {
+		return nil, err
+	}
+	serverConn, err := conn("raw responder")
+	if err != nil {
+		return nil, err
+	}
+	if e.raw, err = startRaw(ctx, e.run, callerConn, serverConn); err != nil {
+		return nil, err
+	}
+	if err := e.waitLive(ctx, 30*time.Second); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// waitLive waits until the dispatcher's view has both bench tools live.
+func (e *Env) waitLive(ctx context.Context, within time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		cat, _ := e.d.Catalog(ctx)
+		live := 0
+		for _, entry := range cat {
+			if entry.Spec.Name == NoopTool || entry.Spec.Name == SleepTool {
+				live++
+			}
+		}
+		if live == 2 {
+			return nil
+		}
+		select {
+		case err := <-e.workerDone:
+			e.workerDone <- err
+			return fmt.Errorf("bench: the worker stopped: %w", err)
+		case <-ctx.Done():
+			return fmt.Errorf("bench: the bench tools are not live within %s (with --external-worker, start `windlass bench --serve` against the same servers)", within)
+		case <-t.C:
+		}
+	}
+}
+
+// Close stops the worker and the responders, closes the connections and
+// stops the embedded servers.
+func (e *Env) Close() {
+	e.closeOnce.Do(func() {
+		if e.raw != nil {
+			e.raw.close()
+		}
+		if e.d != nil {
+			_ = e.d.Close()
+		}
+		if e.stopWorker != nil {
+			e.stopWorker()
+			<-e.workerDone
+		}
+		for _, nc := range e.conns {
+			nc.Close()
+		}
+		for _, rc := range e.clients {
+			_ = rc.Close()
+		}
+		if e.redisSrv != nil {
+			e.redisSrv.Close()
+		}
+		if e.natsSrv != nil {
+			e.natsSrv.Close()
+		}
+	})
+}
+
+// NATSURL is the measured NATS server's URL.
+func (e *Env) NATSURL() string { return e.natsURL }
+
+// RedisURL is the registry's Redis URL.
+func (e *Env) RedisURL() string { return e.redisURL }
+
+// Dispatcher is the fleet's dispatcher.
+func (e *Env) Dispatcher() *dispatcher.Dispatcher { return e.d }
+
+// Arguments returns bench arguments for tool, about payload bytes encoded;
+// sleep is bench_sleep's sleep.
+func Arguments(tool string, payload int, sleep time.Duration) json.RawMessage {
+	args := map[string]any{}
+	if tool == SleepTool {
+		args["ms"] = float64(sleep) / float64(time.Millisecond)
+	}
+	base, _ := json.Marshal(args)
+	if pad := payload - len(base) - len(`,"data":""`); pad > 0 {
+		args["data"] = strings.Repeat("x", pad)
+	}
+	b, _ := json.Marshal(args)
+	return b
+}
+
+// Fleet returns a call of tool through the fleet with about payload bytes
+// of arguments; sleep is bench_sleep's.
+func (e *Env) Fleet(tool string, payload int, sleep time.Duration) CallFunc {
+	args := Arguments(tool, payload, sleep)
+	return func(ctx context.Context) error {
+		r, err := e.d.Call(ctx, tool, args)
+		if err != nil {
+			return err
+		}
+		if r.IsError {
+			return errors.New(r.Content)
+		}
+		return nil
+	}
+}
+
+// RawJetStream returns the raw JetStream round trip with payload bytes of
+// data, whose responder works for work before answering.
+func (e *Env) RawJetStream(payload int, work time.Duration) CallFunc {
+	return e.raw.jetStreamCall(payload, work)
+}
+
+// RawRequest returns core NATS request/reply with payload bytes of data,
+// whose responder works for work before answering.
+func (e *Env) RawRequest(payload int, work time.Duration) CallFunc {
+	return e.raw.requestCall(payload, work)
+}
+
+// Versions reports the NATS server's and Redis's versions.
+func (e *Env) Versions(ctx context.Context) (natsVersion, redisVersion string) {
+	if len(e.conns) > 0 {
+		natsVersion = e.conns[0].ConnectedServerVersion()
+	}
+	if len(e.clients) > 0 {
+		info, err := e.clients[0].Info(ctx, "server").Result()
+		if err == nil {
+			for line := range strings.SplitSeq(info, "\n") {
+				if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
+					redisVersion = v
+				}
+			}
+		}
+	}
+	return natsVersion, redisVersion
+}

@@ -1,0 +1,149 @@
+package bench
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// CallFunc makes one call and waits for its answer; an error is a failed
+// call. It must be safe for concurrent use.
+type CallFunc func(ctx context.Context) error
+
+// Load is how calls are offered to a path.
+type Load struct {
+	// InFlight is the number of callers of a closed loop, each making its
+	// next call as soon as its last one is answered. Ignored when Rate is
+	// set.
+	InFlight int
+	// Rate makes an open loop: calls are started at this many a second,
+	// whether or not earlier ones were answered, and each call's latency
+	// runs from the time it was meant to start.
+	Rate float64
+	// Calls is how many calls to measure. Zero: as many as Duration allows
+	// (closed loop), or Rate × Duration (open loop).
+	Calls int
+	// Duration bounds a run when Calls is zero.
+	Duration time.Duration
+}
+
+// maxOutstanding bounds the calls an open loop has started and not yet seen
+// answered; past it the schedule waits, and the wait shows in the
+// latencies, which run from the intended start.
+const maxOutstanding = 50_000
+
+// Measure offers call to a path under load and summarises the answers.
+// done, when not nil, counts answered calls as they come, for a progress
+// line. A run ends early when ctx ends; what was measured until then is
+// summarised.
+func Measure(ctx context.Context, load Load, call CallFunc, done *atomic.Int64) Stats {
+	if done == nil {
+		done = new(atomic.Int64)
+	}
+	if load.Rate > 0 {
+		return openLoop(ctx, load, call, done)
+	}
+	return closedLoop(ctx, load, call, done)
+}
+
+// failures records failed calls.
+type failures struct {
+	mu    sync.Mutex
+	n     int
+	first error
+}
+
+func (f *failures) add(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.n++
+	if f.first == nil {
+		f.first = err
+	}
+}
+
+func closedLoop(ctx context.Context, load Load, call CallFunc, done *atomic.Int64) Stats {
+	inflight := max(load.InFlight, 1)
+	var (
+		next   atomic.Int64
+		fail   failures
+		mu     sync.Mutex
+		all    []time.Duration
+		wg     sync.WaitGroup
+		start  = time.Now()
+		stopAt = start.Add(load.Duration)
+	)
+	more := func() bool {
+		if ctx.Err() != nil {
+			return false
+		}
+		if load.Calls > 0 {
+			return next.Add(1) <= int64(load.Calls)
+		}
+		return time.Now().Before(stopAt)
+	}
+	for range inflight {
+		wg.Go(func() {
+			lat := make([]time.Duration, 0, 1024)
+			for more() {
+				t0 := time.Now()
+				if err := call(ctx); err != nil {
+					fail.add(err)
+				}
+				lat = append(lat, time.Since(t0))
+				done.Add(1)
+			}
+			mu.Lock()
+			all = append(all, lat...)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return summarize(all, fail.n, fail.first, time.Since(start))
+}
+
+func openLoop(ctx context.Context, load Load, call CallFunc, done *atomic.Int64) Stats {
+	n := load.Calls
+	if n <= 0 {
+		n = max(int(load.Rate*load.Duration.Seconds()), 1)
+	}
+	interval := time.Duration(float64(time.Second) / load.Rate)
+	lat := make([]time.Duration, n)
+	var (
+		fail  failures
+		wg    sync.WaitGroup
+		slots = make(chan struct{}, maxOutstanding)
+		start = time.Now()
+		sent  int
+	)
+schedule:
+	for i := range n {
+		intended := start.Add(time.Duration(i) * interval)
+		if d := time.Until(intended); d > 0 {
+			t := time.NewTimer(d)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				break schedule
+			}
+		}
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			break schedule
+		}
+		sent++
+		wg.Go(func() {
+			defer func() { <-slots }()
+			if err := call(ctx); err != nil {
+				fail.add(err)
+			}
+			lat[i] = time.Since(intended)
+			done.Add(1)
+		})
+	}
+	wg.Wait()
+	return summarize(lat[:sent], fail.n, fail.first, time.Since(start))
+}

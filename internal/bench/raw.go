@@ -1,0 +1,202 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// The baselines' names. They are the benchmark's own, outside the fleet's
+// subjects and streams (internal/layout), and carry the run's id so that
+// runs against one server never meet; the stream is deleted on Close.
+func rawStreamName(run string) string    { return "BENCH_RAW_" + run }
+func rawCallSubject(run string) string   { return "bench.raw." + run + ".call" }
+func rawAnswerSubject(run string) string { return "bench.raw." + run + ".answer" }
+func rawRequestSubject(run string) string {
+	return "bench.raw." + run + ".request"
+}
+
+// sleepHeader carries the work a raw responder does for a call, in
+// microseconds, so one responder serves every scenario.
+const sleepHeader = "Bench-Sleep-Us"
+
+// rawAnswerWait bounds the wait for a raw answer.
+const rawAnswerWait = 30 * time.Second
+
+// raw holds both baselines: a raw JetStream round trip and core NATS
+// request/reply, each with its own caller and responder connections.
+type raw struct {
+	run               string
+	js                jetstream.JetStream
+	callerConn        *nats.Conn
+	reqConn           *nats.Conn
+	pending           sync.Map // id -> chan struct{}
+	seq               atomic.Int64
+	it                jetstream.MessagesContext
+	answers, requests *nats.Subscription
+	responders        sync.WaitGroup
+	loopDone          chan struct{}
+}
+
+// startRaw sets up the baselines: callerConn calls, serverConn answers.
+func startRaw(ctx context.Context, run string, callerConn, serverConn *nats.Conn) (*raw, error) {
+	js, err := jetstream.New(callerConn)
+	if err != nil {
+		return nil, err
+	}
+	sjs, err := jetstream.New(serverConn)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: rawStreamName(run), Subjects: []string{rawCallSubject(run)},
+		Retention: jetstream.WorkQueuePolicy, Duplicates: time.Minute, Storage: jetstream.FileStorage}); err != nil {
+		return nil, fmt.Errorf("bench: raw stream: %w", err)
+	}
+	r := &raw{run: run, js: js, callerConn: callerConn, reqConn: callerConn, loopDone: make(chan struct{})}
+	cons, err := sjs.CreateOrUpdateConsumer(ctx, rawStreamName(run), jetstream.ConsumerConfig{Durable: "raw", AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 20000})
+	if err != nil {
+		r.deleteStream()
+		return nil, fmt.Errorf("bench: raw consumer: %w", err)
+	}
+	if r.answers, err = callerConn.Subscribe(rawAnswerSubject(run), func(m *nats.Msg) {
+		if ch, ok := r.pending.LoadAndDelete(string(m.Data)); ok {
+			close(ch.(chan struct{}))
+		}
+	}); err != nil {
+		r.deleteStream()
+		return nil, fmt.Errorf("bench: raw answers: %w", err)
+	}
+	_ = r.answers.SetPendingLimits(-1, -1)
+	if r.requests, err = serverConn.QueueSubscribe(rawRequestSubject(run), "bench", func(m *nats.Msg) {
+		if d := sleepOf(m.Header); d > 0 {
+			r.responders.Go(func() { time.Sleep(d); _ = m.Respond([]byte("1")) })
+			return
+		}
+		_ = m.Respond([]byte("1"))
+	}); err != nil {
+		r.close()
+		return nil, fmt.Errorf("bench: raw responder: %w", err)
+	}
+	_ = r.requests.SetPendingLimits(-1, -1)
+	if r.it, err = cons.Messages(jetstream.PullMaxMessages(512)); err != nil {
+		r.close()
+		return nil, fmt.Errorf("bench: raw pull: %w", err)
+	}
+	go func() {
+		defer close(r.loopDone)
+		for {
+			m, err := r.it.Next()
+			if err != nil {
+				return
+			}
+			answer := func() {
+				// The answer (the call id back) on one shared
+				// subscription, then the ack, as the fleet answers first.
+				_ = serverConn.Publish(rawAnswerSubject(run), []byte(m.Headers().Get(nats.MsgIdHdr)))
+				_ = m.Ack()
+			}
+			if d := sleepOf(nats.Header(m.Headers())); d > 0 {
+				r.responders.Go(func() { time.Sleep(d); answer() })
+				continue
+			}
+			answer()
+		}
+	}()
+	return r, nil
+}
+
+func sleepOf(h nats.Header) time.Duration {
+	us, _ := strconv.Atoi(h.Get(sleepHeader))
+	return time.Duration(us) * time.Microsecond
+}
+
+func (r *raw) deleteStream() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = r.js.DeleteStream(ctx, rawStreamName(r.run))
+}
+
+// close stops the responders and deletes the raw stream.
+func (r *raw) close() {
+	if r.it != nil {
+		r.it.Stop()
+		<-r.loopDone
+	}
+	if r.requests != nil {
+		_ = r.requests.Unsubscribe()
+	}
+	if r.answers != nil {
+		_ = r.answers.Unsubscribe()
+	}
+	r.responders.Wait()
+	r.deleteStream()
+}
+
+// jetStreamCall returns a raw JetStream round trip with payload bytes of
+// data and the given responder work.
+func (r *raw) jetStreamCall(payload int, work time.Duration) CallFunc {
+	data := make([]byte, payload)
+	for i := range data {
+		data[i] = 'x'
+	}
+	sleep := strconv.FormatInt(work.Microseconds(), 10)
+	subject := rawCallSubject(r.run)
+	return func(ctx context.Context) error {
+		id := r.run + "-" + strconv.FormatInt(r.seq.Add(1), 10)
+		ch := make(chan struct{})
+		r.pending.Store(id, ch)
+		h := nats.Header{nats.MsgIdHdr: []string{id}}
+		if work > 0 {
+			h[sleepHeader] = []string{sleep}
+		}
+		if _, err := r.js.PublishMsg(ctx, &nats.Msg{Subject: subject, Data: data, Header: h}); err != nil {
+			r.pending.Delete(id)
+			return err
+		}
+		t := time.NewTimer(rawAnswerWait)
+		defer t.Stop()
+		select {
+		case <-ch:
+			return nil
+		case <-ctx.Done():
+			r.pending.Delete(id)
+			return ctx.Err()
+		case <-t.C:
+			r.pending.Delete(id)
+			return fmt.Errorf("bench: raw call %s: no answer within %s", id, rawAnswerWait)
+		}
+	}
+}
+
+// requestCall returns a core NATS request/reply with payload bytes of data
+// and the given responder work.
+func (r *raw) requestCall(payload int, work time.Duration) CallFunc {
+	data := make([]byte, payload)
+	for i := range data {
+		data[i] = 'x'
+	}
+	var h nats.Header // none for a no-op: the leanest request
+	if work > 0 {
+		h = nats.Header{sleepHeader: []string{strconv.FormatInt(work.Microseconds(), 10)}}
+	}
+	subject := rawRequestSubject(r.run)
+	return func(ctx context.Context) error {
+		if _, ok := ctx.Deadline(); !ok {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, rawAnswerWait)
+			defer cancel()
+		}
+		_, err := r.reqConn.RequestMsgWithContext(ctx, &nats.Msg{Subject: subject, Data: data, Header: h})
+		if errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("bench: raw request: no answer: %w", err)
+		}
+		return err
+	}
+}
