@@ -149,3 +149,26 @@ func BenchmarkPrepareTracing(b *testing.B) {
 		run(b, benchDispatcher(b, tp), true)
 	})
 }
+
+// BenchmarkSendSpan measures the tracing step alone: start the producer
+// span, inject its trace context into the call's headers, end it.
+func BenchmarkSendSpan(b *testing.B) {
+	run := func(b *testing.B, d *Dispatcher) {
+		ctx := context.Background()
+		p, err := d.prepare(ctx, "greet", benchArgs, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			_, span := d.startSend(ctx, p)
+			endSend(span, nil)
+		}
+	}
+	b.Run("Off", func(b *testing.B) { run(b, benchDispatcher(b, nil)) })
+	b.Run("On", func(b *testing.B) {
+		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter(), sdktrace.WithBatchTimeout(time.Second)))
+		b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+		run(b, benchDispatcher(b, tp))
+	})
+}
