@@ -140,18 +140,26 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	go func() { approvalDone <- serveApproval(approvalCtx, svc, ln) }()
 	defer func() { stopApproval(); <-approvalDone }()
 
-	// The dispatcher's HTTP API, as `windlass dispatcher` serves it; open:
-	// a dev fleet has no API keys.
-	api, err := httpapi.New(httpapi.Config{Dispatcher: d, Conn: nc, Logger: slog.New(slog.DiscardHandler)})
+	// The dispatcher's HTTP API and its MCP server at /mcp, as `windlass
+	// dispatcher` serves them; open: a dev fleet has no API keys.
+	apiCtx, stopAPI := context.WithCancel(context.WithoutCancel(ctx))
+	mcpExtra, stopMCP, err := mountMCP(apiCtx, d, "/mcp", slog.New(slog.DiscardHandler))
 	if err != nil {
+		stopAPI()
+		return err
+	}
+	defer stopMCP()
+	api, err := httpapi.New(httpapi.Config{Dispatcher: d, Conn: nc, Logger: slog.New(slog.DiscardHandler), Extra: mcpExtra})
+	if err != nil {
+		stopAPI()
 		return err
 	}
 	apiLn, err := net.Listen("tcp", *apiListen)
 	if err != nil {
+		stopAPI()
 		return fmt.Errorf("--api-listen %s: %w", *apiListen, err)
 	}
 	apiURL := "http://" + apiLn.Addr().String()
-	apiCtx, stopAPI := context.WithCancel(context.WithoutCancel(ctx))
 	apiDone := make(chan error, 1)
 	go func() { apiDone <- serveAPI(apiCtx, api, apiLn, log) }()
 	defer func() { stopAPI(); <-apiDone }()
@@ -173,6 +181,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
   worker    %s serving echo, add, sleep, transfer_funds (requires approval)
   approval  %s/ (dashboard; reviewer "dev", token %s)
   HTTP API  %s/v1/ (open: no API keys; OpenAPI at /v1/openapi.json)
+  MCP       %s/mcp (streamable HTTP: point an MCP client here)
   check     add {"a":1,"b":2} -> %s
   found by  %s
 
@@ -186,7 +195,7 @@ From another terminal:
     go run ./cmd/windlass approvals approve CALL_ID
 
 Press Ctrl-C to stop.
-`, natsURL, store, redisURL, redisNote, w.ID(), approvalURL, devToken, apiURL, check, discoveryPath(), apiURL)
+`, natsURL, store, redisURL, redisNote, w.ID(), approvalURL, devToken, apiURL, apiURL, check, discoveryPath(), apiURL)
 
 	select {
 	case <-ctx.Done():
