@@ -90,19 +90,19 @@ func (b *bench) takeAndLose(cons jetstream.Consumer, callID string) uint64 {
 	if err != nil {
 		b.t.Fatal(err)
 	}
-	for m := range batch.Messages() {
-		var call windlass.ToolCall
-		if err := json.Unmarshal(m.Data(), &call); err != nil || call.ID != callID {
-			b.t.Fatalf("pulled %q, want call %q", m.Data(), callID)
-		}
-		meta, err := m.Metadata()
-		if err != nil {
-			b.t.Fatal(err)
-		}
-		return meta.NumDelivered
+	m, ok := <-batch.Messages()
+	if !ok {
+		b.t.Fatalf("no delivery of %q within 10s (%v)", callID, batch.Error())
 	}
-	b.t.Fatalf("no delivery of %q within 10s (%v)", callID, batch.Error())
-	return 0
+	var call windlass.ToolCall
+	if err := json.Unmarshal(m.Data(), &call); err != nil || call.ID != callID {
+		b.t.Fatalf("pulled %q, want call %q", m.Data(), callID)
+	}
+	meta, err := m.Metadata()
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return meta.NumDelivered
 }
 
 // deadCall reads the dead record of callID from the dead calls stream.
