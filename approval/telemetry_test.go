@@ -2,6 +2,7 @@ package approval_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/windlass-dev/windlass/approval/webhook"
 	"github.com/windlass-dev/windlass/dispatcher"
 	"github.com/windlass-dev/windlass/internal/layout"
 	"github.com/windlass-dev/windlass/internal/telemetry"
@@ -135,5 +137,45 @@ func TestHoldIsASpanLinkedToTheCall(t *testing.T) {
 	}
 	if n := held(); n != 0 {
 		t.Errorf("held gauge %d after the decision, want 0", n)
+	}
+}
+
+// TestWebhookDeliveriesAreCounted records one delivered and two failed
+// webhook attempts and reads the deliveries counter by outcome.
+func TestWebhookDeliveriesAreCounted(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, nil)
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	f.stopSvc()
+	f.cfg.MeterProvider = mp
+	f.startService()
+	for _, a := range []webhook.Attempt{
+		{URL: "https://hooks.example/a", EventID: "msg_1", Number: 1, StatusCode: 503, Err: errors.New("503 Service Unavailable")},
+		{URL: "https://hooks.example/a", EventID: "msg_1", Number: 2, Err: errors.New("connection refused")},
+		{URL: "https://hooks.example/a", EventID: "msg_1", Number: 3, StatusCode: 204},
+	} {
+		if err := f.svc.RecordWebhookAttempt(t.Context(), a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(t.Context(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if s, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == telemetry.MetricWebhookDeliveries {
+				for _, p := range s.DataPoints {
+					o, _ := p.Attributes.Value(telemetry.Outcome)
+					got[o.AsString()] = p.Value
+				}
+			}
+		}
+	}
+	if got["delivered"] != 1 || got["failed"] != 2 {
+		t.Errorf("webhook deliveries %v, want delivered 1 and failed 2", got)
 	}
 }
