@@ -110,7 +110,7 @@ func TestHoldIsASpanLinkedToTheCall(t *testing.T) {
 	}
 	attrs := map[string]string{}
 	for _, a := range hold.Attributes() {
-		attrs[string(a.Key)] = a.Value.Emit()
+		attrs[string(a.Key)] = a.Value.String()
 	}
 	if attrs["gen_ai.tool.call.id"] != "traced-1" || attrs["decision"] != "approved" {
 		t.Errorf("hold span attributes %v", attrs)

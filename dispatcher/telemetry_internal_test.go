@@ -113,7 +113,7 @@ func TestTracingOnInjectsTheProducerSpan(t *testing.T) {
 	}
 	attrs := map[string]string{}
 	for _, a := range send.Attributes() {
-		attrs[string(a.Key)] = a.Value.Emit()
+		attrs[string(a.Key)] = a.Value.String()
 	}
 	for k, v := range map[string]string{
 		"messaging.system": "nats", "messaging.destination.name": "windlass.call.greet", "messaging.message.id": p.call.ID,
