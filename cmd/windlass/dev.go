@@ -188,6 +188,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 From another terminal:
   go run ./cmd/windlass call add '{"a":1,"b":2}'
   go run ./cmd/windlass tools --style anthropic
+  go run ./cmd/windlass status --watch      # the fleet at a glance
   curl -s -H 'Content-Type: application/json' -d '{"tool":"add","arguments":{"a":1,"b":2}}' %s/v1/calls
   go run ./cmd/windlass call transfer_funds '{"to":"bob","amount":5}'   # waits for a human:
     approve it on the dashboard above, or from a third terminal:
