@@ -18,6 +18,7 @@ func NewLogHandler(h slog.Handler) LogHandler { return LogHandler{h} }
 // Handle adds the span's ids, if any, and hands the record on.
 func (h LogHandler) Handle(ctx context.Context, r slog.Record) error {
 	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		r = r.Clone() // the caller's record may share its attributes' storage
 		r.AddAttrs(slog.String("trace_id", sc.TraceID().String()), slog.String("span_id", sc.SpanID().String()))
 	}
 	return h.Handler.Handle(ctx, r)
