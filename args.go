@@ -60,9 +60,12 @@ func (a *ArgumentsSchema) Validate(args json.RawMessage) error {
 	if noArguments(args) {
 		args = json.RawMessage("{}")
 	}
-	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(args))
-	if err != nil {
-		return a.refuse("$", "json", "arguments are not valid JSON: "+err.Error())
+	v, ok := decodeArguments(args)
+	if !ok { // invalid JSON (or very deep): the standard decoder says what is wrong
+		var err error
+		if v, err = jsonschema.UnmarshalJSON(bytes.NewReader(args)); err != nil {
+			return a.refuse("$", "json", "arguments are not valid JSON: "+err.Error())
+		}
 	}
 	if _, ok := v.(map[string]any); !ok {
 		return a.refuse("$", "type", fmt.Sprintf("arguments must be a JSON object, got %s", jsonKind(v)))
@@ -71,7 +74,7 @@ func (a *ArgumentsSchema) Validate(args json.RawMessage) error {
 		return a.refuse(jsonPath(loc), "number", fmt.Sprintf(
 			"number %s is out of range: a number may have at most %d characters and an exponent from -%d to %d", abbreviate(string(n), 40), MaxNumberLength, MaxNumberExponent, MaxNumberExponent))
 	}
-	err = a.schema.Validate(v)
+	err := a.schema.Validate(v)
 	if err == nil {
 		return nil
 	}
@@ -132,6 +135,9 @@ const (
 // are visited in sorted order, so the same arguments always name the same
 // number. The decoder bounds the nesting, hence the recursion.
 func outOfRangeNumber(v any, loc []string) ([]string, json.Number, bool) {
+	if !hasOutOfRangeNumber(v) {
+		return nil, "", false // the usual case, found without sorting keys
+	}
 	switch v := v.(type) {
 	case json.Number:
 		if !numberInRange(string(v)) {
@@ -151,6 +157,28 @@ func outOfRangeNumber(v any, loc []string) ([]string, json.Number, bool) {
 		}
 	}
 	return nil, "", false
+}
+
+// hasOutOfRangeNumber reports whether v holds a number outside the bounds,
+// visiting maps in any order (no allocation).
+func hasOutOfRangeNumber(v any) bool {
+	switch v := v.(type) {
+	case json.Number:
+		return !numberInRange(string(v))
+	case []any:
+		for _, e := range v {
+			if hasOutOfRangeNumber(e) {
+				return true
+			}
+		}
+	case map[string]any:
+		for _, e := range v {
+			if hasOutOfRangeNumber(e) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // numberInRange reports whether a JSON number literal is within

@@ -100,7 +100,7 @@ func (d *Dispatcher) prepare(ctx context.Context, name string, args any, opts []
 	call.SpecHash = cmp.Or(o.specHash, info.Hash)
 	call.Deadline = d.deadline(ctx, o, info.Spec)
 
-	data, err := json.Marshal(call)
+	data, err := encodeCall(call)
 	if err != nil {
 		return nil, &windlass.CallError{Code: windlass.CodeInvalidArguments, Message: fmt.Sprintf("encode call: %v", err)}
 	}
@@ -110,8 +110,8 @@ func (d *Dispatcher) prepare(ctx context.Context, name string, args any, opts []
 	}
 	msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{
 		nats.MsgIdHdr:         []string{call.ID},
-		layout.HeaderOrigin:   []string{d.cfg.ID},
-		layout.HeaderProtocol: []string{protocolVersion},
+		layout.HeaderOrigin:   d.originHeader, // shared, never modified
+		layout.HeaderProtocol: protocolHeader,
 	}}
 	size := len(data) + headerSize(msg.Header)
 	if d.tracer.Enabled() {
@@ -125,6 +125,10 @@ func (d *Dispatcher) prepare(ctx context.Context, name string, args any, opts []
 }
 
 var protocolVersion = fmt.Sprint(windlass.ProtocolVersion)
+
+// protocolHeader is the value of every call's protocol header; shared by
+// every message, so never modified.
+var protocolHeader = []string{protocolVersion}
 
 func headerSize(h nats.Header) int {
 	n := len("NATS/1.0\r\n\r\n")

@@ -89,6 +89,8 @@ type Dispatcher struct {
 	metrics           *telemetry.DispatcherMetrics // nil: metrics off
 	unobserveRegistry func()
 
+	originHeader []string // {cfg.ID}: every call's origin header value, shared
+
 	pending sync.Map // call id -> chan windlass.ToolResult (buffered 1)
 	schemas sync.Map // spec hash -> *windlass.ArgumentsSchema
 
@@ -127,7 +129,7 @@ func New(ctx context.Context, cfg Config) (*Dispatcher, error) {
 	if err := layout.EnsureStreams(ctx, js, layout.AllStreams(opts)...); err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
-	d := &Dispatcher{cfg: cfg, js: js, done: make(chan struct{}), sweeperDone: make(chan struct{})}
+	d := &Dispatcher{cfg: cfg, js: js, done: make(chan struct{}), sweeperDone: make(chan struct{}), originHeader: []string{cfg.ID}}
 	for name, s := range map[string]*jetstream.Stream{
 		layout.ResultsStream: &d.results, layout.EventsStream: &d.events, layout.CancelsStream: &d.cancels, layout.DeadStream: &d.dead,
 	} {

@@ -177,6 +177,7 @@ type Worker struct {
 	started bool
 
 	slots chan struct{} // process-wide concurrency
+	beats beats         // the running calls' heartbeats, one ticker for all
 	stats stats
 
 	tracer  telemetry.Tracer
@@ -299,6 +300,12 @@ func (w *Worker) Run(ctx context.Context) error {
 	// Tools run under runCtx, which outlives ctx by the shutdown grace.
 	runCtx, stopTools := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer stopTools(nil)
+	// One ticker drives every running call's heartbeat; it stops once the
+	// calls have (deferred after the drain below).
+	beatsStop := make(chan struct{})
+	var beating sync.WaitGroup
+	beating.Go(func() { w.beats.run(w.cfg.Heartbeat, beatsStop) })
+	defer func() { close(beatsStop); beating.Wait() }()
 	var pullers, calls sync.WaitGroup
 	for i, t := range tools {
 		pullers.Go(func() { w.pull(ctx, runCtx, consumers[i], t, &calls, log) })

@@ -1,0 +1,64 @@
+package dispatcher
+
+import (
+	"bytes"
+	"encoding/json"
+	"time"
+
+	"github.com/windlass-dev/windlass"
+)
+
+// encodeCall is json.Marshal(call) for a call prepare has checked, in one
+// buffer and without re-scanning the arguments: its id and name are
+// validated (printable ASCII without '"' or '\', and the tool-name
+// alphabet), a spec hash that needs escaping (a caller's own, see
+// WithSpecHash) or a deadline outside years 0-9999 takes json.Marshal, and its arguments were parsed by the
+// schema's validation, so they are valid JSON and are copied as they are.
+// Metadata, free text, goes through encoding/json.
+func encodeCall(call windlass.ToolCall) ([]byte, error) {
+	if y := call.Deadline.Year(); !call.Deadline.IsZero() && (y < 0 || y > 9999) || !plain(call.SpecHash) {
+		return json.Marshal(call) // its own errors and escaping
+	}
+	args := bytes.TrimSpace(call.Arguments)
+	b := make([]byte, 0, 128+len(args)+len(call.ID)+len(call.SpecHash))
+	b = append(b, `{"id":"`...)
+	b = append(b, call.ID...)
+	b = append(b, `","name":"`...)
+	b = append(b, call.Name...)
+	b = append(b, `","arguments":`...)
+	if len(args) == 0 {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, args...)
+	}
+	if !call.Deadline.IsZero() {
+		b = append(b, `,"deadline":"`...)
+		b = call.Deadline.AppendFormat(b, time.RFC3339Nano)
+		b = append(b, '"')
+	}
+	if call.SpecHash != "" {
+		b = append(b, `,"spec_hash":"`...)
+		b = append(b, call.SpecHash...)
+		b = append(b, '"')
+	}
+	if len(call.Metadata) > 0 {
+		m, err := json.Marshal(call.Metadata)
+		if err != nil {
+			return nil, err
+		}
+		b = append(b, `,"metadata":`...)
+		b = append(b, m...)
+	}
+	return append(b, '}'), nil
+}
+
+// plain reports whether s can stand in a JSON string as it is: printable
+// ASCII without '"', '\\' or the characters encoding/json escapes for HTML.
+func plain(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < ' ' || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	return true
+}
