@@ -102,3 +102,26 @@ func BenchmarkScenarios(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkFleetCall is the fleet's path alone (no baselines), for
+// profiling the hot path:
+//
+//	go test -run '^$' -bench FleetCall/inflight=64 -benchtime 20000x -cpuprofile cpu.out ./integration/
+//	go tool pprof -top integration.test cpu.out
+func BenchmarkFleetCall(b *testing.B) {
+	env := startBench(b)
+	for _, inflight := range []int{1, 64} {
+		b.Run(fmt.Sprintf("inflight=%d", inflight), func(b *testing.B) {
+			call := env.Fleet(bench.NoopTool, 128, 0)
+			bench.Measure(context.Background(), bench.Load{InFlight: inflight, Calls: 200}, call, nil)
+			b.ReportAllocs()
+			b.ResetTimer()
+			s := bench.Measure(context.Background(), bench.Load{InFlight: inflight, Calls: b.N}, call, nil)
+			if s.Errors > 0 {
+				b.Fatalf("%d calls failed: %s", s.Errors, s.FirstError)
+			}
+			b.ReportMetric(s.PerSec, "calls/s")
+			b.ReportMetric(s.P50, "p50-µs")
+		})
+	}
+}

@@ -31,7 +31,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	sleep := durationFlag(fs, "sleep", 0, "how long the sleep tool (and its raw baselines) works per call (default 100ms)")
 	asJSON := boolFlag(fs, "json", false, "print the report as JSON")
 	syncAlways := boolFlag(fs, "sync-always", false, "embedded NATS syncs every write before acknowledging it (deploy/nats's setting)")
-	concurrency := intFlag(fs, "concurrency", worker.DefaultMaxConcurrency, "calls the bench worker runs at once")
+	concurrency := intFlag(fs, "concurrency", worker.DefaultMaxConcurrency, "calls of each bench tool the bench worker runs at once")
 	external := boolFlag(fs, "external-worker", false, "start no worker here: a 'windlass bench --serve' process serves the bench tools")
 	serve := boolFlag(fs, "serve", false, "only serve the bench tools as a worker (against --nats-url and --redis-url) until interrupted")
 	logLevel := stringFlag(fs, "log-level", "error", "log level of the fleet's logs on stderr: debug, info, warn, error")

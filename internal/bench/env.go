@@ -39,7 +39,7 @@ type Options struct {
 	// ExternalWorker starts no worker in this process: a worker of the
 	// bench tools (windlass bench --serve) runs elsewhere.
 	ExternalWorker bool
-	// Concurrency of the in-process worker. Default 1024.
+	// Concurrency of the in-process worker, per tool. Default 1024.
 	Concurrency int
 	// Logger receives the fleet's logs. Default: discard.
 	Logger *slog.Logger

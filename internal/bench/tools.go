@@ -57,8 +57,10 @@ type WorkerConfig struct {
 	Conn *nats.Conn
 	// Registry is where it advertises the bench tools. Required.
 	Registry *registry.Registry
-	// Concurrency bounds the calls running at once, per tool and in all.
-	// Default 1024.
+	// Concurrency bounds the calls of each tool running at once. Default
+	// 1024. The process's bound is this times the number of tools: a
+	// worker's open pull for one tool reserves slots (up to 256) while it
+	// waits, which must not starve the other.
 	Concurrency int
 	// Ready, when set, is called with the worker just before it runs.
 	Ready func(*worker.Worker)
@@ -77,7 +79,7 @@ func ServeWorker(ctx context.Context, cfg WorkerConfig) error {
 	if n <= 0 {
 		n = worker.DefaultMaxConcurrency
 	}
-	w, err := worker.New(worker.Config{JetStream: js, Registry: cfg.Registry, MaxConcurrency: n, Logger: cfg.Logger, ShutdownGrace: 5 * time.Second})
+	w, err := worker.New(worker.Config{JetStream: js, Registry: cfg.Registry, MaxConcurrency: n * len(Tools()), Logger: cfg.Logger, ShutdownGrace: 5 * time.Second})
 	if err != nil {
 		return fmt.Errorf("bench: worker: %w", err)
 	}
