@@ -323,6 +323,12 @@ func TestMetricsAfterKnownCalls(t *testing.T) {
 		t.Fatalf("call nope: %+v, want unknown_tool", r)
 	}
 
+	// The worker counts an answer once the results stream stored it, a
+	// moment after the caller may have it: wait for its counts.
+	waitFor(t, 10*time.Second, "the worker counted every answer", func() bool {
+		s := w.Stats()
+		return s.Completed+s.Failed >= 6
+	})
 	var rm metricdata.ResourceMetrics
 	if err := reader.Collect(t.Context(), &rm); err != nil {
 		t.Fatal(err)

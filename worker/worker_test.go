@@ -268,15 +268,18 @@ func TestLongCallIsKeptAlive(t *testing.T) {
 	slow := windlass.MustFunc("slow", func(ctx context.Context, _ struct{}) (string, error) {
 		runs.Add(1)
 		select {
-		case <-time.After(2500 * time.Millisecond): // 2.5 × the ack wait
+		case <-time.After(5 * time.Second): // 2.5 × the ack wait
 			return "done", nil
 		case <-ctx.Done():
 			return "", ctx.Err()
 		}
 	})
-	b.start(worker.Config{AckWait: time.Second}, slow)
+	// An ack wait of 2 s, not the 300 ms minimum: the in-progress acks go
+	// every 667 ms, so a machine loaded by other suites cannot starve them
+	// past the ack wait (seen with 1 s under load).
+	b.start(worker.Config{AckWait: 2 * time.Second}, slow)
 	b.publish(windlass.ToolCall{ID: "long", Name: "slow"})
-	r := b.result(10 * time.Second)
+	r := b.result(20 * time.Second)
 	if r.IsError || r.Attempt != 1 {
 		t.Fatalf("result = %+v", r)
 	}
