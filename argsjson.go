@@ -1,6 +1,8 @@
 package windlass
 
 import (
+	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"unicode/utf8"
 )
@@ -153,6 +155,14 @@ func (d *fastDecoder) array(depth int) (any, bool) {
 // str reads a string; one with escapes or non-ASCII bytes is handed to
 // encoding/json (which also replaces invalid UTF-8 as it does everywhere).
 func (d *fastDecoder) str() (string, bool) {
+	// The usual string: up to the next quote, no backslash, printable ASCII.
+	if j := bytes.IndexByte(d.data[d.i+1:], '"'); j >= 0 {
+		span := d.data[d.i+1 : d.i+1+j]
+		if bytes.IndexByte(span, '\\') < 0 && printableASCII(span) {
+			d.i += j + 2
+			return string(span), true
+		}
+	}
 	start := d.i
 	d.i++ // "
 	plainASCII := true
@@ -220,4 +230,24 @@ func (d *fastDecoder) number() (any, bool) {
 		}
 	}
 	return json.Number(d.data[start:d.i]), true
+}
+
+// printableASCII reports whether b holds only bytes from 0x20 to 0x7f,
+// eight at a time: a byte below 0x20 borrows into its own top bit when
+// 0x20 is subtracted, a byte from 0x80 has it already, and with neither
+// no byte borrows from its neighbour.
+func printableASCII(b []byte) bool {
+	for len(b) >= 8 {
+		x := binary.LittleEndian.Uint64(b)
+		if (x|(x-0x2020202020202020))&0x8080808080808080 != 0 {
+			return false
+		}
+		b = b[8:]
+	}
+	for _, c := range b {
+		if c < 0x20 || c >= 0x80 {
+			return false
+		}
+	}
+	return true
 }
