@@ -150,6 +150,11 @@ func (s *Service) policy(tool string) ToolPolicy {
 // stream, shared by its replicas.
 const ConsumerName = "approval-service"
 
+// intakeConcurrency bounds the gated calls one service takes in at once:
+// each intake waits for Redis and NATS several times, so taking them one
+// after the other caps the service at a few thousand calls a second.
+const intakeConcurrency = 32
+
 // Run consumes gated calls, follows the cancels stream (a held call its
 // caller canceled becomes canceled and is never released), expires lapsed
 // ones, finishes releases a crash interrupted and feeds Notify, until ctx
@@ -193,6 +198,11 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() {
+		// Calls are taken in concurrently: each is held (stored in Redis)
+		// before its own message is acked, whatever the others do.
+		var intakes sync.WaitGroup
+		defer intakes.Wait()
+		slots := make(chan struct{}, intakeConcurrency)
 		for {
 			msg, err := it.Next(jetstream.NextContext(ctx))
 			if err != nil {
@@ -201,7 +211,11 @@ func (s *Service) Run(ctx context.Context) error {
 				}
 				continue
 			}
-			s.intake(ctx, msg)
+			slots <- struct{}{}
+			intakes.Go(func() {
+				defer func() { <-slots }()
+				s.intake(ctx, msg)
+			})
 		}
 	})
 	wg.Go(func() { s.expiryLoop(ctx) })
