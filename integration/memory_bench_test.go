@@ -96,8 +96,10 @@ func BenchmarkWorkerMemory(b *testing.B) {
 		}
 		return pending == calls
 	})
-	// Let heartbeats run a couple of rounds (every 2 s) before reading.
-	time.Sleep(5 * time.Second)
+	// Read after the first round of keep-alives (in-progress acks and
+	// cancellation checks, due every ack wait / 3 = 10 s): the peak then
+	// includes the beats' own goroutines.
+	time.Sleep(12 * time.Second)
 	held := procStatus(b, cmd.Process.Pid)
 	if info, err := cons.Info(ctx); err != nil || info.NumAckPending != calls {
 		b.Fatalf("calls in flight after the heartbeats: %v (%v); want %d", info, err, calls)

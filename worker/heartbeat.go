@@ -19,22 +19,22 @@ import (
 //
 // The worker's one ticker (see beats) drives every heartbeat: a call that
 // only waits costs no goroutine of its own, so a worker can hold many
-// thousands of sleeping calls. A beat with something to do acts on a
-// goroutine of its own, one at a time per call.
+// thousands of sleeping calls. The tick publishes (progress, in-progress
+// ack) inline, which never waits for the server; the cancellation look-up,
+// which does, goes to a small pool.
 type heartbeat struct {
-	w       *Worker
-	msg     jetstream.Msg
-	call    windlass.ToolCall
-	latest  atomic.Pointer[windlass.Progress]
-	running atomic.Bool // the tool runs: a cancellation found reaches it
+	w        *Worker
+	msg      jetstream.Msg
+	call     windlass.ToolCall
+	latest   atomic.Pointer[windlass.Progress]
+	running  atomic.Bool // the tool runs: a cancellation found reaches it
+	checking atomic.Bool // a cancellation look-up is queued or running
 
-	busy      atomic.Bool // a beat is acting; the next tick skips the call
+	mu        sync.Mutex // taken by a tick and by stop
+	stopped   bool
 	sent      *windlass.Progress
-	lastAlive time.Time // sent and lastAlive: owned by the beat holding busy
-
-	mu       sync.Mutex // held by an acting beat; stop takes it
-	stopped  bool
-	stopOnce sync.Once
+	lastAlive time.Time
+	stopOnce  sync.Once
 }
 
 func (w *Worker) startHeartbeat(msg jetstream.Msg, call windlass.ToolCall) *heartbeat {
@@ -50,51 +50,50 @@ func (h *heartbeat) report(p windlass.Progress) { h.latest.Store(&p) }
 // canceled.
 func (h *heartbeat) watch() { h.running.Store(true) }
 
-// tick is one period of the heartbeat, on the beats goroutine: it decides
-// whether the call has something to send and, if so, acts on a goroutine
-// owned by the beats.
-func (h *heartbeat) tick(now time.Time, actions *sync.WaitGroup) {
-	if !h.busy.CompareAndSwap(false, true) {
-		return // the last beat still acts (a slow server); skip this one
+// tick is one period of the heartbeat, on the beats goroutine. A
+// cancellation look-up it wants is sent to checks, unless the pool is
+// saturated: then the next keep-alive asks again (the worker's follower of
+// the cancels stream is the first way a cancellation arrives; this is the
+// safety net).
+func (h *heartbeat) tick(now time.Time, checks chan<- *heartbeat) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.stopped {
+		return
 	}
 	p := h.latest.Load()
 	changed := p != h.sent
-	keepAlive := h.w.cfg.AckWait / 3
-	if !changed && now.Sub(h.lastAlive) < keepAlive-h.w.cfg.Heartbeat/2 {
-		h.busy.Store(false)
+	if !changed && now.Sub(h.lastAlive) < h.w.cfg.AckWait/3-h.w.cfg.Heartbeat/2 {
 		return
 	}
-	actions.Go(func() {
-		defer h.busy.Store(false)
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		if h.stopped {
-			return
+	if changed {
+		h.sent = p
+		h.w.publishEvent(h.call, windlass.Event{Kind: windlass.EventProgress, Attempt: h.call.Attempt, Progress: p})
+	}
+	_ = h.msg.InProgress() // a publish: it does not wait for the server
+	h.lastAlive = now
+	if h.running.Load() && h.checking.CompareAndSwap(false, true) {
+		select {
+		case checks <- h:
+		default:
+			h.checking.Store(false)
 		}
-		if changed {
-			h.sent = p
-			h.w.publishEvent(h.call, windlass.Event{Kind: windlass.EventProgress, Attempt: h.call.Attempt, Progress: p})
-		}
-		_ = h.msg.InProgress()
-		h.lastAlive = now
-		h.checkCanceled()
-	})
+	}
 }
 
 // checkCanceled asks the cancels stream whether the running call was
 // canceled, in case the worker's follower missed it (cut off from NATS for
 // a while); a cancellation found cancels the call's context.
 func (h *heartbeat) checkCanceled() {
-	if !h.running.Load() {
-		return // not running yet
-	}
+	defer h.checking.Store(false)
 	ctx, stop := context.WithTimeout(context.Background(), h.w.cfg.Heartbeat)
 	defer stop()
 	h.w.checkCancellation(ctx, h.call.ID)
 }
 
-// stop ends the heartbeat, waiting for a beat that is acting; it is safe to
-// call twice. No beat acts for the call after it.
+// stop ends the heartbeat, waiting for a tick that is publishing; it is
+// safe to call twice. No in-progress ack or progress event goes out for the
+// call after it.
 func (h *heartbeat) stop() {
 	h.stopOnce.Do(func() {
 		h.w.beats.remove(h)
@@ -125,11 +124,26 @@ func (b *beats) remove(h *heartbeat) {
 	delete(b.set, h)
 }
 
+// Bounds of the cancellation look-ups the heartbeats make at once, and of
+// those waiting for a turn.
+const (
+	checkWorkers = 16
+	checkQueue   = 4096
+)
+
 // run ticks every heartbeat each period until stop is closed, then waits
-// for the beats still acting.
+// for the cancellation look-ups under way.
 func (b *beats) run(period time.Duration, stop <-chan struct{}) {
-	var actions sync.WaitGroup
-	defer actions.Wait()
+	checks := make(chan *heartbeat, checkQueue)
+	var checkers sync.WaitGroup
+	for range checkWorkers {
+		checkers.Go(func() {
+			for h := range checks {
+				h.checkCanceled()
+			}
+		})
+	}
+	defer func() { close(checks); checkers.Wait() }()
 	t := time.NewTicker(period)
 	defer t.Stop()
 	var due []*heartbeat
@@ -145,7 +159,7 @@ func (b *beats) run(period time.Duration, stop <-chan struct{}) {
 			}
 			b.mu.Unlock()
 			for _, h := range due {
-				h.tick(now, &actions)
+				h.tick(now, checks)
 			}
 			clear(due)
 		}
