@@ -155,14 +155,7 @@ func (r *remoteServer) stop() {
 	srv.Close()
 }
 
-// restart stops the server and starts a new one on the same address: the
-// sessions are gone, as after a process restart.
-func (r *remoteServer) restart() {
-	r.stop()
-	r.start(r.addr)
-}
-
-// text is the text of a result's content.
+// textResult is a result whose content is text.
 func textResult(text string) *mcp.CallToolResult {
 	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}
 }
