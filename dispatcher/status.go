@@ -50,34 +50,36 @@ type Approval struct {
 	Released bool `json:"released"`
 }
 
-// CallStatus is a call's latest known state.
+// CallStatus is a call's latest known state. Its JSON (snake_case, empty
+// fields left out) is what `windlass status --json` prints and the HTTP API
+// answers.
 type CallStatus struct {
 	// ID is the call id.
-	ID string
+	ID string `json:"id"`
 	// Tool is the tool's name, once known.
-	Tool string
+	Tool string `json:"tool,omitempty"`
 	// State summarises where the call is.
-	State State
+	State State `json:"state"`
 	// Attempt is the latest attempt a worker started (0 before any).
-	Attempt int
+	Attempt int `json:"attempt,omitempty"`
 	// Worker runs (or ran) the latest attempt.
-	Worker string
+	Worker string `json:"worker,omitempty"`
 	// Progress is the running tool's latest report, if any.
-	Progress *windlass.Progress
+	Progress *windlass.Progress `json:"progress,omitempty"`
 	// LastError is the latest retryable failure, while retrying.
-	LastError *windlass.CallError
+	LastError *windlass.CallError `json:"last_error,omitempty"`
 	// RetryAt is when the next attempt may start, while retrying.
-	RetryAt time.Time
+	RetryAt time.Time `json:"retry_at,omitzero"`
 	// QueuedAt is when the fleet accepted the call.
-	QueuedAt time.Time
+	QueuedAt time.Time `json:"queued_at,omitzero"`
 	// StartedAt is when the latest attempt started.
-	StartedAt time.Time
+	StartedAt time.Time `json:"started_at,omitzero"`
 	// Deadline is the call's deadline.
-	Deadline time.Time
+	Deadline time.Time `json:"deadline,omitzero"`
 	// Result is the call's result once it is finished.
-	Result *windlass.ToolResult
+	Result *windlass.ToolResult `json:"result,omitempty"`
 	// Approval is set for a gated call the approval service holds.
-	Approval *Approval
+	Approval *Approval `json:"approval,omitempty"`
 }
 
 // Status reports a call's latest known state, from any dispatcher

@@ -173,24 +173,6 @@ func eventLine(e windlass.Event) string {
 	return b.String()
 }
 
-// statusJSON is `status --json`: a dispatcher.CallStatus in the wire's
-// snake_case.
-type statusJSON struct {
-	ID        string               `json:"id"`
-	State     dispatcher.State     `json:"state"`
-	Tool      string               `json:"tool,omitempty"`
-	Attempt   int                  `json:"attempt,omitempty"`
-	Worker    string               `json:"worker,omitempty"`
-	Progress  *windlass.Progress   `json:"progress,omitempty"`
-	LastError *windlass.CallError  `json:"last_error,omitempty"`
-	RetryAt   time.Time            `json:"retry_at,omitzero"`
-	QueuedAt  time.Time            `json:"queued_at,omitzero"`
-	StartedAt time.Time            `json:"started_at,omitzero"`
-	Deadline  time.Time            `json:"deadline,omitzero"`
-	Result    *windlass.ToolResult `json:"result,omitempty"`
-	Approval  *dispatcher.Approval `json:"approval,omitempty"`
-}
-
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("status", "status [flags] [ID]", stderr)
 	c := commonFlags(fs)
@@ -227,9 +209,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		enc.SetEscapeHTML(false)
-		if err := enc.Encode(statusJSON{ID: st.ID, State: st.State, Tool: st.Tool, Attempt: st.Attempt, Worker: st.Worker,
-			Progress: st.Progress, LastError: st.LastError, RetryAt: st.RetryAt, QueuedAt: st.QueuedAt, StartedAt: st.StartedAt,
-			Deadline: st.Deadline, Result: st.Result, Approval: st.Approval}); err != nil {
+		if err := enc.Encode(st); err != nil {
 			return err
 		}
 	} else {

@@ -39,52 +39,22 @@ type CallRequest struct {
 }
 
 // Call is a call as the API reports it: where it stands, and its result
-// once it has one. It is the body of POST /v1/calls, GET and DELETE
-// /v1/calls/{id}.
+// once it has one (a tool's failure is a result too, is_error, not an HTTP
+// error), with the call's path on the API. It is the body of POST
+// /v1/calls, GET and DELETE /v1/calls/{id}.
 type Call struct {
-	// ID is the call id.
-	ID string `json:"id"`
+	dispatcher.CallStatus
 	// URL is the call's path on the API, /v1/calls/{id}.
 	URL string `json:"url"`
-	// State is queued, running, retrying, awaiting_approval, released or
-	// finished.
-	State dispatcher.State `json:"state"`
-	// Tool is the tool's name.
-	Tool string `json:"tool,omitempty"`
-	// Attempt is the latest attempt a worker started.
-	Attempt int `json:"attempt,omitempty"`
-	// Worker runs (or ran) the latest attempt.
-	Worker string `json:"worker,omitempty"`
-	// Progress is the running tool's latest report.
-	Progress *windlass.Progress `json:"progress,omitempty"`
-	// LastError is the latest retryable failure, while retrying.
-	LastError *windlass.CallError `json:"last_error,omitempty"`
-	// RetryAt is when the next attempt may start, while retrying.
-	RetryAt time.Time `json:"retry_at,omitzero"`
-	// QueuedAt is when the fleet accepted the call.
-	QueuedAt time.Time `json:"queued_at,omitzero"`
-	// StartedAt is when the latest attempt started.
-	StartedAt time.Time `json:"started_at,omitzero"`
-	// Deadline is the call's deadline.
-	Deadline time.Time `json:"deadline,omitzero"`
-	// Result is the call's result once it is finished; a tool's failure
-	// is a result too (is_error), not an HTTP error.
-	Result *windlass.ToolResult `json:"result,omitempty"`
-	// Approval is what the approval service knows of a gated call.
-	Approval *dispatcher.Approval `json:"approval,omitempty"`
 }
 
 // callURL is a call's path on the API.
 func callURL(id string) string { return "/v1/calls/" + url.PathEscape(id) }
 
-func callFromStatus(st dispatcher.CallStatus) Call {
-	return Call{ID: st.ID, URL: callURL(st.ID), State: st.State, Tool: st.Tool, Attempt: st.Attempt, Worker: st.Worker,
-		Progress: st.Progress, LastError: st.LastError, RetryAt: st.RetryAt, QueuedAt: st.QueuedAt, StartedAt: st.StartedAt,
-		Deadline: st.Deadline, Result: st.Result, Approval: st.Approval}
-}
+func callFromStatus(st dispatcher.CallStatus) Call { return Call{CallStatus: st, URL: callURL(st.ID)} }
 
 func callFromResult(r windlass.ToolResult) Call {
-	return Call{ID: r.CallID, URL: callURL(r.CallID), State: dispatcher.StateFinished, Tool: r.Name, Attempt: r.Attempt, Worker: r.Worker, Result: &r}
+	return callFromStatus(dispatcher.CallStatus{ID: r.CallID, State: dispatcher.StateFinished, Tool: r.Name, Attempt: r.Attempt, Worker: r.Worker, Result: &r})
 }
 
 // createCall is POST /v1/calls.
@@ -140,7 +110,7 @@ func (h *Handler) createCall(w http.ResponseWriter, r *http.Request) {
 // answerPending answers 202 with the call's URL and status, or 200 when
 // it turns out to be finished already.
 func (h *Handler) answerPending(w http.ResponseWriter, r *http.Request, id string) {
-	c := Call{ID: id, URL: callURL(id), State: dispatcher.StateQueued}
+	c := callFromStatus(dispatcher.CallStatus{ID: id, State: dispatcher.StateQueued})
 	if st, err := h.cfg.Dispatcher.Status(r.Context(), id); err == nil && st.State != dispatcher.StateUnknown {
 		c = callFromStatus(st)
 	} else if err != nil {
