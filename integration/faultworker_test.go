@@ -5,16 +5,9 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-	"github.com/redis/go-redis/v9"
-
 	"github.com/windlass-dev/windlass"
-	"github.com/windlass-dev/windlass/registry"
 	"github.com/windlass-dev/windlass/worker"
 )
 
@@ -66,52 +59,24 @@ func workTool(workerID string, execLog *os.File) windlass.Tool {
 // runFaultWorker is the worker process's main; it returns the exit code.
 func runFaultWorker() int {
 	id := os.Getenv(faultWorkerEnv)
-	fail := func(err error) int {
-		fmt.Fprintf(os.Stderr, "fault worker %s: %v\n", id, err)
-		return 1
-	}
 	ackWait, err := time.ParseDuration(os.Getenv(faultAckWaitEnv))
 	if err != nil {
-		return fail(fmt.Errorf("%s: %w", faultAckWaitEnv, err))
+		return exitCode("fault worker", id, fmt.Errorf("%s: %w", faultAckWaitEnv, err))
 	}
 	ttl, err := time.ParseDuration(os.Getenv(faultTTLEnv))
 	if err != nil {
-		return fail(fmt.Errorf("%s: %w", faultTTLEnv, err))
+		return exitCode("fault worker", id, fmt.Errorf("%s: %w", faultTTLEnv, err))
 	}
 	execLog, err := os.OpenFile(os.Getenv(faultExecLogEnv), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
 	if err != nil {
-		return fail(err)
+		return exitCode("fault worker", id, err)
 	}
 	defer execLog.Close()
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	nc, err := nats.Connect(os.Getenv(faultNATSEnv), nats.Name("fault-worker-"+id),
-		nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond), nats.RetryOnFailedConnect(true))
+	w, err := runWorkerProcess(os.Getenv(faultNATSEnv), os.Getenv(faultRedisEnv), ttl,
+		worker.Config{ID: id, AckWait: ackWait, ShutdownGrace: 5 * time.Second, Logger: log}, workTool(id, execLog))
 	if err != nil {
-		return fail(err)
-	}
-	defer nc.Close()
-	rc := redis.NewClient(&redis.Options{Addr: os.Getenv(faultRedisEnv), MaxRetries: -1, DialTimeout: time.Second})
-	defer rc.Close()
-	reg, err := registry.New(registry.Config{Client: rc, TTL: ttl, Logger: log})
-	if err != nil {
-		return fail(err)
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return fail(err)
-	}
-	w, err := worker.New(worker.Config{JetStream: js, Registry: reg, ID: id, AckWait: ackWait, ShutdownGrace: 5 * time.Second, Logger: log})
-	if err != nil {
-		return fail(err)
-	}
-	if err := w.Register(workTool(id, execLog)); err != nil {
-		return fail(err)
-	}
-	if err := w.Run(ctx); err != nil {
-		return fail(err)
+		return exitCode("fault worker", id, err)
 	}
 	s := w.Stats()
 	// The stats of a worker that stops cleanly, for the test's log.

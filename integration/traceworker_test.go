@@ -3,22 +3,15 @@ package integration_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/internal/telemetry"
-	"github.com/windlass-dev/windlass/registry"
 	"github.com/windlass-dev/windlass/worker"
 )
 
@@ -55,57 +48,25 @@ func traceTools() []windlass.Tool {
 // runTraceWorker is the worker process's main; it returns the exit code.
 func runTraceWorker() int {
 	id := os.Getenv(traceWorkerEnv)
-	fail := func(err error) int {
-		fmt.Fprintf(os.Stderr, "trace worker %s: %v\n", id, err)
-		return 1
-	}
 	spans, err := os.Create(os.Getenv(traceSpansEnv))
 	if err != nil {
-		return fail(err)
+		return exitCode("trace worker", id, err)
 	}
 	defer spans.Close()
 	logFile, err := os.Create(os.Getenv(traceLogEnv))
 	if err != nil {
-		return fail(err)
+		return exitCode("trace worker", id, err)
 	}
 	defer logFile.Close()
 	exp, err := stdouttrace.New(stdouttrace.WithWriter(spans))
 	if err != nil {
-		return fail(err)
+		return exitCode("trace worker", id, err)
 	}
 	// A syncer: each span is in the file when it ends.
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	defer func() { _ = tp.Shutdown(context.Background()) }()
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	log := slog.New(telemetry.NewLogHandler(slog.NewJSONHandler(logFile, &slog.HandlerOptions{Level: slog.LevelDebug})))
-	nc, err := nats.Connect(os.Getenv(traceNATSEnv), nats.Name("trace-worker-"+id))
-	if err != nil {
-		return fail(err)
-	}
-	defer nc.Close()
-	rc := redis.NewClient(&redis.Options{Addr: os.Getenv(traceRedisEnv)})
-	defer rc.Close()
-	reg, err := registry.New(registry.Config{Client: rc, TTL: 2 * time.Second})
-	if err != nil {
-		return fail(err)
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return fail(err)
-	}
-	w, err := worker.New(worker.Config{JetStream: js, Registry: reg, ID: id, ShutdownGrace: 5 * time.Second, Logger: log, TracerProvider: tp})
-	if err != nil {
-		return fail(err)
-	}
-	for _, tool := range traceTools() {
-		if err := w.Register(tool); err != nil {
-			return fail(err)
-		}
-	}
-	if err := w.Run(ctx); err != nil {
-		return fail(err)
-	}
-	return 0
+	_, err = runWorkerProcess(os.Getenv(traceNATSEnv), os.Getenv(traceRedisEnv), 2*time.Second,
+		worker.Config{ID: id, ShutdownGrace: 5 * time.Second, Logger: log, TracerProvider: tp}, traceTools()...)
+	return exitCode("trace worker", id, err)
 }
