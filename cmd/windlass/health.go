@@ -2,11 +2,9 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"time"
 
@@ -27,10 +25,6 @@ func serveHealth(addr string, nc *nats.Conn, rc redis.UniversalClient, log *slog
 	if addr == "" {
 		return func() {}, nil
 	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("--health-listen %s: %w", addr, err)
-	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
@@ -46,19 +40,9 @@ func serveHealth(addr string, nc *nats.Conn, rc redis.UniversalClient, log *slog
 		}
 		fmt.Fprintln(w, "ok")
 	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			log.Warn("health probes stopped", "error", err)
-		}
-	}()
-	log.Info("health probes: serving", "addr", ln.Addr().String())
-	return func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-		<-done
-	}, nil
+	stop, err = serveHTTP(addr, "health probes (/healthz, /readyz)", mux, log)
+	if err != nil {
+		return nil, fmt.Errorf("--health-listen %s: %w", addr, err)
+	}
+	return stop, nil
 }

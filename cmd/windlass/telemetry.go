@@ -43,7 +43,7 @@ func startTelemetry(ctx context.Context, service, metricsAddr string, log *slog.
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", tel.Handler)
-	stopServer, err := serveHTTP(metricsAddr, mux, log)
+	stopServer, err := serveHTTP(metricsAddr, "metrics endpoint (/metrics)", mux, log)
 	if err != nil {
 		flush()
 		return nil, fmt.Errorf("--metrics-listen %s: %w", metricsAddr, err)
@@ -51,8 +51,9 @@ func startTelemetry(ctx context.Context, service, metricsAddr string, log *slog.
 	return func() { stopServer(); flush() }, nil
 }
 
-// serveHTTP serves h on addr until stop is called.
-func serveHTTP(addr string, h http.Handler, log *slog.Logger) (stop func(), err error) {
+// serveHTTP serves h on addr until stop is called; what names the server
+// in its logs.
+func serveHTTP(addr, what string, h http.Handler, log *slog.Logger) (stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
@@ -62,10 +63,10 @@ func serveHTTP(addr string, h http.Handler, log *slog.Logger) (stop func(), err 
 	go func() {
 		defer close(done)
 		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			log.Warn("metrics endpoint stopped", "error", err)
+			log.Warn(what+" stopped", "error", err)
 		}
 	}()
-	log.Info("metrics: serving /metrics", "addr", ln.Addr().String())
+	log.Info(what+": serving", "addr", ln.Addr().String())
 	return func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
