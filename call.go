@@ -59,6 +59,10 @@ type ToolResult struct {
 	Worker string `json:"worker,omitempty"`
 	// Attempt is the delivery attempt that produced the result.
 	Attempt int `json:"attempt,omitempty"`
+	// StartedAt is when the worker started the tool for that attempt; zero
+	// when no tool ran (the call was refused, canceled before it started,
+	// or answered by the fleet itself).
+	StartedAt time.Time `json:"started_at,omitzero"`
 }
 
 // Decode unmarshals the result's Data into v. It fails for an error result.

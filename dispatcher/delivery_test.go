@@ -648,6 +648,62 @@ func TestWatchAFinishedCall(t *testing.T) {
 	}
 }
 
+// TestWatchAFastCall watches calls that finish within the worker's
+// started delay: most store no started event (the saving), yet Watch still
+// yields queued, started (from the result's StartedAt, or from the event
+// when the machine was slow enough for it to go out), finished; and Status
+// reports the start of the finished call.
+func TestWatchAFastCall(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, point())
+	js := e.jetStream()
+	events, err := js.Stream(t.Context(), layout.EventsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const calls = 20
+	withoutStarted := 0
+	for range calls {
+		r, err := e.d.Call(t.Context(), "point", nil)
+		if err != nil || r.IsError {
+			t.Fatalf("Call = %+v, %v", r, err)
+		}
+		if r.StartedAt.IsZero() || r.Worker == "" || r.Attempt != 1 {
+			t.Fatalf("result of a run = %+v: want started_at, worker and attempt 1", r)
+		}
+		if _, err := events.GetLastMsgForSubject(t.Context(), layout.EventSubject(r.CallID, string(windlass.EventStarted))); errors.Is(err, jetstream.ErrMsgNotFound) {
+			withoutStarted++
+		}
+		var got []windlass.Event
+		for ev, err := range e.d.Watch(waitCtx(t, 10*time.Second), r.CallID) {
+			if err != nil {
+				t.Fatalf("Watch: %v", err)
+			}
+			got = append(got, ev)
+		}
+		kinds := make([]windlass.EventKind, len(got))
+		for i, ev := range got {
+			kinds[i] = ev.Kind
+		}
+		want := []windlass.EventKind{windlass.EventQueued, windlass.EventStarted, windlass.EventFinished}
+		if !slices.Equal(kinds, want) {
+			t.Fatalf("events of a fast call = %v, want %v", kinds, want)
+		}
+		if s := got[1]; !s.Time.Equal(r.StartedAt) || s.Attempt != 1 || s.Worker != r.Worker || s.Tool != "point" {
+			t.Errorf("started = %+v, want the result's start %s on %s", s, r.StartedAt, r.Worker)
+		}
+		st, err := e.d.Status(t.Context(), r.CallID)
+		if err != nil || st.State != dispatcher.StateFinished || !st.StartedAt.Equal(r.StartedAt) {
+			t.Errorf("Status = %+v, %v: want finished, started at %s", st, err, r.StartedAt)
+		}
+	}
+	// A no-op tool returns in microseconds; only a machine stalled for
+	// 5 ms at that moment sends the event.
+	if withoutStarted < calls/2 {
+		t.Errorf("%d of %d fast calls stored no started event; want most", withoutStarted, calls)
+	}
+}
+
 // TestSubmitWithOwnIDIsIdempotent submits one model call id many times, on
 // two dispatcher instances, before and after it finished, with Submit and
 // with Call: every submit names the same call, every Call returns its one

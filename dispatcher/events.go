@@ -54,7 +54,9 @@ func (d *Dispatcher) lastEvent(ctx context.Context, callID string, kind windlass
 // The queued event comes first even when the worker's started event reached
 // the events stream before it (the dispatcher publishes it once the call is
 // accepted, while a worker may already have it); every event stored before
-// the result was seen comes before finished.
+// the result was seen comes before finished. An attempt that finished
+// within a few milliseconds has no stored started event (see PROTOCOL.md,
+// Events); Watch yields one made from the result's StartedAt instead.
 //
 // Progress events are the latest report at each of the worker's
 // heartbeats, not every report the tool made.
@@ -165,6 +167,14 @@ func (d *Dispatcher) Watch(ctx context.Context, callID string) iter.Seq2[windlas
 					return
 				}
 				r := res.r
+				if !r.StartedAt.IsZero() && o.started < r.Attempt {
+					// The attempt ended within the worker's startedDelay,
+					// before its started event was due: the result
+					// records the start.
+					if !o.emit(windlass.Event{CallID: callID, Kind: windlass.EventStarted, Tool: r.Name, Time: r.StartedAt, Attempt: r.Attempt, Worker: r.Worker}) {
+						return
+					}
+				}
 				yield(windlass.Event{CallID: callID, Kind: windlass.EventFinished, Tool: r.Name, Time: time.Now(), Attempt: r.Attempt, Worker: r.Worker, Result: &r}, nil)
 				return
 			}
@@ -190,10 +200,14 @@ type eventOrder struct {
 	held       []windlass.Event
 	queuedDone bool // queued was yielded, or waiting for it given up
 	hold       <-chan time.Time
+	started    int // the latest attempt whose started event was emitted
 }
 
 // emit yields e in order; false means the consumer stopped.
 func (o *eventOrder) emit(e windlass.Event) bool {
+	if e.Kind == windlass.EventStarted {
+		o.started = max(o.started, e.Attempt)
+	}
 	switch {
 	case e.Kind == windlass.EventQueued && o.queuedDone:
 		return true // a call is queued once; a late one is out of order

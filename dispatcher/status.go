@@ -90,7 +90,7 @@ func (d *Dispatcher) Status(ctx context.Context, callID string) (CallStatus, err
 	r, err := d.Result(ctx, callID)
 	switch {
 	case err == nil:
-		st.State, st.Result, st.Tool, st.Attempt, st.Worker = StateFinished, &r, r.Name, r.Attempt, r.Worker
+		st.State, st.Result, st.Tool, st.Attempt, st.Worker, st.StartedAt = StateFinished, &r, r.Name, r.Attempt, r.Worker, r.StartedAt
 		return st, nil
 	case !errors.Is(err, ErrNoResult):
 		return st, err

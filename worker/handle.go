@@ -170,12 +170,12 @@ func (w *Worker) process(ctx context.Context, msg jetstream.Msg, t *registered, 
 		w.settle(ctx, msg, ack, &r, origin, log)
 		return
 	}
-	hb.watch()
-	w.publishEvent(call, windlass.Event{Kind: windlass.EventStarted, Attempt: call.Attempt})
+	hb.begin()
 
 	done := w.metrics.Started(ctx, call.Name, meta.Timestamp)
 	execCtx, span := w.startExecute(callCtx, call)
 	result := windlass.Invoke(windlass.ContextWithProgress(execCtx, hb.report), t.tool, call)
+	hb.ended()
 	endExecute(span, result)
 	if done != nil {
 		done(result)
@@ -185,6 +185,7 @@ func (w *Worker) process(ctx context.Context, msg jetstream.Msg, t *registered, 
 	}
 	result.Worker = w.cfg.ID
 	result.Attempt = call.Attempt
+	result.StartedAt = hb.startedAt
 
 	switch {
 	case errors.Is(context.Cause(callCtx), errShutdown) && result.IsError:
@@ -202,6 +203,7 @@ func (w *Worker) process(ctx context.Context, msg jetstream.Msg, t *registered, 
 	if delay, ok := w.retryDelay(call, t, result); ok {
 		log.InfoContext(ctx, "worker: retryable failure; the call will be retried", "in", delay, "error", result.Content)
 		w.stats.retried.Add(1)
+		hb.announceStarted()
 		w.publishEvent(call, windlass.Event{Kind: windlass.EventRetrying, Attempt: call.Attempt, Error: result.Error, RetryAt: time.Now().Add(delay)})
 		hb.stop()
 		if err := msg.NakWithDelay(delay); err != nil {

@@ -30,6 +30,10 @@ type heartbeat struct {
 	running  atomic.Bool // the tool runs: a cancellation found reaches it
 	checking atomic.Bool // a cancellation look-up is queued or running
 
+	startedAt time.Time   // when the tool began; set by begin, before the timer
+	announced atomic.Bool // the attempt's started event went out
+	announce  *time.Timer // sends the started event startedDelay after begin
+
 	mu        sync.Mutex // taken by a tick and by stop
 	stopped   bool
 	sent      *windlass.Progress
@@ -46,9 +50,39 @@ func (w *Worker) startHeartbeat(msg jetstream.Msg, call windlass.ToolCall) *hear
 // report is the tool's progress sink: it only keeps the latest report.
 func (h *heartbeat) report(p windlass.Progress) { h.latest.Store(&p) }
 
-// watch makes the heartbeat cancel the running tool when it finds the call
-// canceled.
-func (h *heartbeat) watch() { h.running.Store(true) }
+// startedDelay is how long an attempt runs before its started event goes
+// out. An attempt answered sooner sends none: its result carries the start
+// (ToolResult.StartedAt, with the worker and the attempt), from which Watch
+// and Status tell it; skipping the event spares the events stream one of
+// the messages it would store for every fast call. Five milliseconds is
+// too short for a person watching to see the difference.
+const startedDelay = 5 * time.Millisecond
+
+// begin marks the tool as started: from now a cancellation the heartbeat
+// finds cancels it, and the started event goes out once the attempt has run
+// for startedDelay.
+func (h *heartbeat) begin() {
+	h.startedAt = time.Now()
+	h.running.Store(true)
+	h.announce = time.AfterFunc(startedDelay, h.announceStarted)
+}
+
+// announceStarted publishes the attempt's started event, once. Any other
+// event of the attempt (progress, retrying) calls it first, so a watcher
+// never sees one without the attempt's start.
+func (h *heartbeat) announceStarted() {
+	if h.announced.CompareAndSwap(false, true) {
+		h.w.publishEvent(h.call, windlass.Event{Kind: windlass.EventStarted, Attempt: h.call.Attempt, Time: h.startedAt})
+	}
+}
+
+// ended tells the heartbeat the tool returned: a started event not yet sent
+// is no longer due (the result records the start).
+func (h *heartbeat) ended() {
+	if h.announce != nil {
+		h.announce.Stop()
+	}
+}
 
 // tick is one period of the heartbeat, on the beats goroutine. A
 // cancellation look-up it wants is sent to checks, unless the pool is
@@ -68,6 +102,7 @@ func (h *heartbeat) tick(now time.Time, checks chan<- *heartbeat) {
 	}
 	if changed {
 		h.sent = p
+		h.announceStarted()
 		h.w.publishEvent(h.call, windlass.Event{Kind: windlass.EventProgress, Attempt: h.call.Attempt, Progress: p})
 	}
 	_ = h.msg.InProgress() // a publish: it does not wait for the server
