@@ -30,6 +30,7 @@ func TestCLIBench(t *testing.T) {
 			Payload     int                `json:"payload_bytes"`
 			VsJetStream map[string]float64 `json:"vs_raw_jetstream"`
 			VsRequest   map[string]float64 `json:"vs_raw_request"`
+			VsStored    map[string]float64 `json:"vs_raw_jetstream_stored"`
 		} `json:"scenarios"`
 	}
 	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
@@ -50,7 +51,7 @@ func TestCLIBench(t *testing.T) {
 		if sc.Mode != "closed" || sc.InFlight != want || sc.Tool != "bench_noop" || sc.Payload != 128 {
 			t.Errorf("scenario %d = %s (%s, %d in flight, %s, %d B); want closed, %d in flight, bench_noop, 128 B", i, sc.Name, sc.Mode, sc.InFlight, sc.Tool, sc.Payload, want)
 		}
-		for _, path := range []string{"fleet", "raw_jetstream", "raw_request"} {
+		for _, path := range []string{"fleet", "raw_jetstream", "raw_request", "raw_jetstream_stored"} {
 			var s struct {
 				Calls  int     `json:"calls"`
 				Errors int     `json:"errors"`
@@ -67,7 +68,7 @@ func TestCLIBench(t *testing.T) {
 				t.Errorf("%s: %s = %+v; want 200 calls, no errors, a rate and ordered percentiles", sc.Name, path, s)
 			}
 		}
-		for name, ratios := range map[string]map[string]float64{"vs_raw_jetstream": sc.VsJetStream, "vs_raw_request": sc.VsRequest} {
+		for name, ratios := range map[string]map[string]float64{"vs_raw_jetstream": sc.VsJetStream, "vs_raw_request": sc.VsRequest, "vs_raw_jetstream_stored": sc.VsStored} {
 			for _, k := range []string{"throughput", "p50", "p99"} {
 				if ratios[k] <= 0 {
 					t.Errorf("%s: %s.%s = %v; want a computed ratio", sc.Name, name, k, ratios[k])

@@ -22,10 +22,13 @@ func startBench(b *testing.B) *bench.Env {
 }
 
 // BenchmarkRoundTrip measures Call of a no-op tool through the fleet beside
-// a raw JetStream round trip and core NATS request/reply on the same server
-// in the same run: each iteration is one call of each, so calls/s, p50 and
-// p99 are reported for all three, with the fleet's ratios to raw JetStream
-// (the figures the README quotes) and to request/reply. The code is
+// a raw JetStream round trip, core NATS request/reply, and the raw JetStream
+// round trip storing the three messages the fleet stores (call, queued
+// record, answer), on the same server in the same run: each iteration is
+// one call of each, so calls/s, p50 and p99 are reported, with the fleet's
+// ratios to raw JetStream (the figures the README quotes), and its
+// throughput and p50 ratios to the stored round trip (the cost of the
+// fleet's own code). The code is
 // internal/bench's, the same as `windlass bench`'s.
 //
 //	go test -run '^$' -bench RoundTrip -benchtime 5000x -count 5 ./integration/
@@ -34,23 +37,26 @@ func BenchmarkRoundTrip(b *testing.B) {
 	for _, inflight := range []int{1, 8, 64, 512} {
 		b.Run(fmt.Sprintf("inflight=%d", inflight), func(b *testing.B) {
 			ctx := context.Background()
-			paths := []bench.CallFunc{env.RawJetStream(0, 0), env.RawRequest(0, 0), env.Fleet(bench.NoopTool, 0, 0)}
+			paths := []bench.CallFunc{env.RawJetStream(0, 0), env.RawRequest(0, 0), env.RawStored(0, 0), env.Fleet(bench.NoopTool, 0, 0)}
 			for _, call := range paths { // connections, consumers, caches
 				bench.Measure(ctx, bench.Load{InFlight: inflight, Calls: 200}, call, nil)
 			}
 			b.ResetTimer()
-			var stats [3]bench.Stats
+			var stats [4]bench.Stats
 			for i, call := range paths {
 				if stats[i] = bench.Measure(ctx, bench.Load{InFlight: inflight, Calls: b.N}, call, nil); stats[i].Errors > 0 {
 					b.Fatalf("%d calls failed: %s", stats[i].Errors, stats[i].FirstError)
 				}
 			}
 			b.StopTimer()
-			raw, req, fleet := stats[0], stats[1], stats[2]
+			raw, req, stored, fleet := stats[0], stats[1], stats[2], stats[3]
 			b.ReportMetric(raw.PerSec, "raw-calls/s")
 			b.ReportMetric(req.PerSec, "req-calls/s")
 			b.ReportMetric(fleet.PerSec, "fleet-calls/s")
 			b.ReportMetric(fleet.PerSec/raw.PerSec, "throughput-ratio")
+			b.ReportMetric(stored.PerSec, "stored-calls/s")
+			b.ReportMetric(fleet.PerSec/stored.PerSec, "stored-throughput-ratio")
+			b.ReportMetric(fleet.P50/stored.P50, "stored-p50-ratio")
 			b.ReportMetric(raw.P50, "raw-p50-µs")
 			b.ReportMetric(req.P50, "req-p50-µs")
 			b.ReportMetric(fleet.P50, "fleet-p50-µs")
@@ -87,7 +93,7 @@ func BenchmarkScenarios(b *testing.B) {
 				b.Fatal(err)
 			}
 			r := rep.Scenarios[0]
-			for _, s := range []bench.Stats{r.Fleet, r.RawJetStream, r.RawRequest} {
+			for _, s := range []bench.Stats{r.Fleet, r.RawJetStream, r.RawRequest, r.RawStored} {
 				if s.Errors > 0 {
 					b.Fatalf("%d calls failed: %s", s.Errors, s.FirstError)
 				}
@@ -99,6 +105,8 @@ func BenchmarkScenarios(b *testing.B) {
 			b.ReportMetric(r.VsJetStream.P50, "p50-vs-js")
 			b.ReportMetric(r.VsRequest.Throughput, "throughput-vs-req")
 			b.ReportMetric(r.VsRequest.P50, "p50-vs-req")
+			b.ReportMetric(r.VsStored.Throughput, "throughput-vs-stores")
+			b.ReportMetric(r.VsStored.P50, "p50-vs-stores")
 		})
 	}
 }

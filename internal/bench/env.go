@@ -58,6 +58,7 @@ type Env struct {
 	clients    []*redis.Client
 	d          *dispatcher.Dispatcher
 	raw        *raw
+	rawStored  *rawStored
 	stopWorker context.CancelFunc
 	workerDone chan error
 	closeOnce  sync.Once
@@ -144,6 +145,9 @@ func Start(ctx context.Context, opts Options) (e *Env, err error) {
 	if e.raw, err = startRaw(ctx, e.run, callerConn, serverConn); err != nil {
 		return nil, err
 	}
+	if e.rawStored, err = startRawStored(ctx, e.run, callerConn, serverConn); err != nil {
+		return nil, err
+	}
 	if err := e.waitLive(ctx, 30*time.Second); err != nil {
 		return nil, err
 	}
@@ -184,6 +188,9 @@ func (e *Env) Close() {
 	e.closeOnce.Do(func() {
 		if e.raw != nil {
 			e.raw.close()
+		}
+		if e.rawStored != nil {
+			e.rawStored.close()
 		}
 		if e.d != nil {
 			_ = e.d.Close()
@@ -251,6 +258,13 @@ func (e *Env) Fleet(tool string, payload int, sleep time.Duration) CallFunc {
 // data, whose responder works for work before answering.
 func (e *Env) RawJetStream(payload int, work time.Duration) CallFunc {
 	return e.raw.jetStreamCall(payload, work)
+}
+
+// RawStored returns the raw JetStream round trip that stores what the
+// fleet stores for a call (the call, a record of it, the answer; see
+// rawStored), with payload bytes of data and work before answering.
+func (e *Env) RawStored(payload int, work time.Duration) CallFunc {
+	return e.rawStored.call(payload, work)
 }
 
 // RawRequest returns core NATS request/reply with payload bytes of data,

@@ -65,11 +65,7 @@ func startRaw(ctx context.Context, run string, callerConn, serverConn *nats.Conn
 		r.deleteStream()
 		return nil, fmt.Errorf("bench: raw consumer: %w", err)
 	}
-	if r.answers, err = callerConn.Subscribe(rawAnswerSubject(run), func(m *nats.Msg) {
-		if ch, ok := r.pending.LoadAndDelete(string(m.Data)); ok {
-			close(ch.(chan struct{}))
-		}
-	}); err != nil {
+	if r.answers, err = callerConn.Subscribe(rawAnswerSubject(run), answered(&r.pending)); err != nil {
 		r.deleteStream()
 		return nil, fmt.Errorf("bench: raw answers: %w", err)
 	}
@@ -142,10 +138,7 @@ func (r *raw) close() {
 // jetStreamCall returns a raw JetStream round trip with payload bytes of
 // data and the given responder work.
 func (r *raw) jetStreamCall(payload int, work time.Duration) CallFunc {
-	data := make([]byte, payload)
-	for i := range data {
-		data[i] = 'x'
-	}
+	data := filled(payload)
 	sleep := strconv.FormatInt(work.Microseconds(), 10)
 	subject := rawCallSubject(r.run)
 	return func(ctx context.Context) error {
@@ -160,28 +153,50 @@ func (r *raw) jetStreamCall(payload int, work time.Duration) CallFunc {
 			r.pending.Delete(id)
 			return err
 		}
-		t := time.NewTimer(rawAnswerWait)
-		defer t.Stop()
-		select {
-		case <-ch:
-			return nil
-		case <-ctx.Done():
-			r.pending.Delete(id)
-			return ctx.Err()
-		case <-t.C:
-			r.pending.Delete(id)
-			return fmt.Errorf("bench: raw call %s: no answer within %s", id, rawAnswerWait)
+		return awaitAnswer(ctx, &r.pending, id, ch)
+	}
+}
+
+// answered is the handler of a baseline's answers subscription: an answer
+// is the call id, and it releases the call waiting for it.
+func answered(pending *sync.Map) nats.MsgHandler {
+	return func(m *nats.Msg) {
+		if ch, ok := pending.LoadAndDelete(string(m.Data)); ok {
+			close(ch.(chan struct{}))
 		}
 	}
+}
+
+// awaitAnswer waits until the answer to call id closes ch, for at most
+// rawAnswerWait.
+func awaitAnswer(ctx context.Context, pending *sync.Map, id string, ch chan struct{}) error {
+	t := time.NewTimer(rawAnswerWait)
+	defer t.Stop()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		pending.Delete(id)
+		return ctx.Err()
+	case <-t.C:
+		pending.Delete(id)
+		return fmt.Errorf("bench: call %s: no answer within %s", id, rawAnswerWait)
+	}
+}
+
+// filled is a payload of n bytes.
+func filled(n int) []byte {
+	data := make([]byte, n)
+	for i := range data {
+		data[i] = 'x'
+	}
+	return data
 }
 
 // requestCall returns a core NATS request/reply with payload bytes of data
 // and the given responder work.
 func (r *raw) requestCall(payload int, work time.Duration) CallFunc {
-	data := make([]byte, payload)
-	for i := range data {
-		data[i] = 'x'
-	}
+	data := filled(payload)
 	var h nats.Header // none for a no-op: the leanest request
 	if work > 0 {
 		h = nats.Header{sleepHeader: []string{strconv.FormatInt(work.Microseconds(), 10)}}

@@ -70,9 +70,14 @@ type Result struct {
 	Fleet        Stats  `json:"fleet"`
 	RawJetStream Stats  `json:"raw_jetstream"`
 	RawRequest   Stats  `json:"raw_request"`
-	// VsJetStream and VsRequest are the fleet's ratios to each baseline.
+	// RawStored is the raw JetStream round trip storing the three messages
+	// the fleet stores for a call (see [Env.RawStored]).
+	RawStored Stats `json:"raw_jetstream_stored"`
+	// VsJetStream, VsRequest and VsStored are the fleet's ratios to each
+	// baseline.
 	VsJetStream Ratios `json:"vs_raw_jetstream"`
 	VsRequest   Ratios `json:"vs_raw_request"`
+	VsStored    Ratios `json:"vs_raw_jetstream_stored"`
 }
 
 // Report is a whole run.
@@ -147,7 +152,8 @@ func (cfg Config) Validate() error {
 }
 
 // Run measures every scenario of cfg on e: for each, the raw JetStream
-// round trip, raw request/reply and the fleet, one after the other, each
+// round trip, raw request/reply, the raw round trip storing what the fleet
+// stores, and the fleet, one after the other, each
 // after a short warm-up.
 func (e *Env) Run(ctx context.Context, cfg Config) (Report, error) {
 	if err := cfg.Validate(); err != nil {
@@ -168,10 +174,11 @@ func (e *Env) Run(ctx context.Context, cfg Config) (Report, error) {
 		}{
 			{"raw_jetstream", e.RawJetStream(sc.Payload, work), nil},
 			{"raw_request", e.RawRequest(sc.Payload, work), nil},
+			{"raw_jetstream_stored", e.RawStored(sc.Payload, work), nil},
 			{"fleet", e.Fleet(sc.Tool, sc.Payload, cfg.Sleep), nil},
 		}
 		res := Result{Scenario: sc, Name: sc.Name()}
-		paths[0].out, paths[1].out, paths[2].out = &res.RawJetStream, &res.RawRequest, &res.Fleet
+		paths[0].out, paths[1].out, paths[2].out, paths[3].out = &res.RawJetStream, &res.RawRequest, &res.RawStored, &res.Fleet
 		load := Load{InFlight: sc.InFlight, Rate: sc.Rate, Calls: cfg.Calls, Duration: cfg.Duration}
 		for pi, p := range paths {
 			Measure(ctx, warmUp(sc, work), p.call, nil)
@@ -182,6 +189,7 @@ func (e *Env) Run(ctx context.Context, cfg Config) (Report, error) {
 		}
 		res.VsJetStream = ratios(res.Fleet, res.RawJetStream)
 		res.VsRequest = ratios(res.Fleet, res.RawRequest)
+		res.VsStored = ratios(res.Fleet, res.RawStored)
 		rep.Scenarios = append(rep.Scenarios, res)
 	}
 	return rep, nil

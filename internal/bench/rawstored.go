@@ -1,0 +1,150 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// The third baseline's streams and subjects, apart from the first's so
+// that the two never share a work queue.
+func storedCallStream(run string) string     { return "BENCH_RAW_" + run + "_CALLS" }
+func storedRecordStream(run string) string   { return "BENCH_RAW_" + run + "_RECORDS" }
+func storedAnswerStream(run string) string   { return "BENCH_RAW_" + run + "_ANSWERS" }
+func storedCallSubject(run string) string    { return "bench.stored." + run + ".call" }
+func storedAnswerSubject(run string) string  { return "bench.stored." + run + ".answer" }
+func storedRecordSubjects(run string) string { return "bench.stored." + run + ".record.*" }
+
+// rawStored is the raw JetStream round trip made to store what the fleet
+// stores for a call, with nothing else of the fleet: the caller stores the
+// call (deduplicated by id), then a record of it in a second stream, each
+// waiting for the stream's ack as the dispatcher does; the responder stores
+// the answer in a third stream, waits for that ack, then acks the call;
+// the caller gets the answer on one shared subscription to the answers'
+// subject. Three stored messages a call, as the fleet's call, queued event
+// and result: the fleet's ratio to it is the cost of the fleet's own code.
+type rawStored struct {
+	run      string
+	js       jetstream.JetStream
+	pending  sync.Map // id -> chan struct{}
+	seq      atomic.Int64
+	it       jetstream.MessagesContext
+	answers  *nats.Subscription
+	handlers sync.WaitGroup
+	loopDone chan struct{}
+}
+
+// startRawStored sets up the third baseline: callerConn calls, serverConn
+// answers.
+func startRawStored(ctx context.Context, run string, callerConn, serverConn *nats.Conn) (_ *rawStored, err error) {
+	js, err := jetstream.New(callerConn)
+	if err != nil {
+		return nil, err
+	}
+	sjs, err := jetstream.New(serverConn)
+	if err != nil {
+		return nil, err
+	}
+	r := &rawStored{run: run, js: js, loopDone: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			r.close()
+		}
+	}()
+	for _, cfg := range []jetstream.StreamConfig{
+		{Name: storedCallStream(run), Subjects: []string{storedCallSubject(run)}, Retention: jetstream.WorkQueuePolicy, Duplicates: time.Minute},
+		{Name: storedRecordStream(run), Subjects: []string{storedRecordSubjects(run)}, Retention: jetstream.LimitsPolicy},
+		{Name: storedAnswerStream(run), Subjects: []string{storedAnswerSubject(run)}, Retention: jetstream.LimitsPolicy, Duplicates: time.Minute},
+	} {
+		cfg.Storage = jetstream.FileStorage
+		if _, err := js.CreateStream(ctx, cfg); err != nil {
+			return nil, fmt.Errorf("bench: stored baseline: stream %s: %w", cfg.Name, err)
+		}
+	}
+	cons, err := sjs.CreateOrUpdateConsumer(ctx, storedCallStream(run), jetstream.ConsumerConfig{Durable: "stored", AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 20000})
+	if err != nil {
+		return nil, fmt.Errorf("bench: stored baseline: consumer: %w", err)
+	}
+	if r.answers, err = callerConn.Subscribe(storedAnswerSubject(run), answered(&r.pending)); err != nil {
+		return nil, fmt.Errorf("bench: stored baseline: answers: %w", err)
+	}
+	_ = r.answers.SetPendingLimits(-1, -1)
+	if r.it, err = cons.Messages(jetstream.PullMaxMessages(512)); err != nil {
+		return nil, fmt.Errorf("bench: stored baseline: pull: %w", err)
+	}
+	answerSubject := storedAnswerSubject(run)
+	go func() {
+		defer close(r.loopDone)
+		for {
+			m, err := r.it.Next()
+			if err != nil {
+				return
+			}
+			// Each call on a goroutine of its own, since storing its
+			// answer waits for the stream, as the fleet's worker does.
+			r.handlers.Go(func() {
+				if d := sleepOf(nats.Header(m.Headers())); d > 0 {
+					time.Sleep(d)
+				}
+				id := m.Headers().Get(nats.MsgIdHdr)
+				ctx, cancel := context.WithTimeout(context.Background(), rawAnswerWait)
+				defer cancel()
+				if _, err := sjs.PublishMsg(ctx, &nats.Msg{Subject: answerSubject, Data: []byte(id), Header: nats.Header{nats.MsgIdHdr: []string{"answer:" + id}}}); err != nil {
+					return // not acked: redelivered, as a fleet call would be
+				}
+				_ = m.Ack()
+			})
+		}
+	}()
+	return r, nil
+}
+
+// close stops the responder and deletes the streams.
+func (r *rawStored) close() {
+	if r.it != nil {
+		r.it.Stop()
+		<-r.loopDone
+	}
+	if r.answers != nil {
+		_ = r.answers.Unsubscribe()
+	}
+	r.handlers.Wait()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, s := range []string{storedCallStream(r.run), storedRecordStream(r.run), storedAnswerStream(r.run)} {
+		_ = r.js.DeleteStream(ctx, s)
+	}
+}
+
+// call returns the stored round trip with payload bytes of data and the
+// given responder work.
+func (r *rawStored) call(payload int, work time.Duration) CallFunc {
+	data := filled(payload)
+	sleep := strconv.FormatInt(work.Microseconds(), 10)
+	callSubject := storedCallSubject(r.run)
+	recordPrefix := "bench.stored." + r.run + ".record."
+	return func(ctx context.Context) error {
+		id := r.run + "-" + strconv.FormatInt(r.seq.Add(1), 10)
+		ch := make(chan struct{})
+		r.pending.Store(id, ch)
+		h := nats.Header{nats.MsgIdHdr: []string{id}}
+		if work > 0 {
+			h[sleepHeader] = []string{sleep}
+		}
+		if _, err := r.js.PublishMsg(ctx, &nats.Msg{Subject: callSubject, Data: data, Header: h}); err != nil {
+			r.pending.Delete(id)
+			return err
+		}
+		if _, err := r.js.PublishMsg(ctx, &nats.Msg{Subject: recordPrefix + id, Data: []byte(id)}); err != nil {
+			r.pending.Delete(id)
+			return err
+		}
+		return awaitAnswer(ctx, &r.pending, id, ch)
+	}
+}
