@@ -187,9 +187,14 @@ func (d *Dispatcher) publish(ctx context.Context, p *prepared) (duplicate bool, 
 			return true, nil
 		}
 	}
-	// Never try to publish past the call's own deadline.
-	pubCtx, cancel := context.WithDeadline(ctx, p.call.Deadline)
-	defer cancel()
+	// Never try to publish past the call's own deadline (Call's ctx ends
+	// there already).
+	pubCtx := ctx
+	if dl, ok := ctx.Deadline(); !ok || dl.After(p.call.Deadline) {
+		var cancel context.CancelFunc
+		pubCtx, cancel = context.WithDeadline(ctx, p.call.Deadline)
+		defer cancel()
+	}
 	ack, retried, err := d.publishDurably(pubCtx, p.msg)
 	if err != nil {
 		return false, &windlass.CallError{Code: windlass.CodeUnavailable, Message: fmt.Sprintf("The fleet could not accept the call: %v", err)}

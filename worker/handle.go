@@ -437,19 +437,32 @@ func (w *Worker) publishResult(ctx context.Context, result windlass.ToolResult, 
 // acknowledgement, retrying with backoff for up to half the ack wait, also
 // while the worker shuts down.
 func (w *Worker) publishDurably(ctx context.Context, m *nats.Msg) (*jetstream.PubAck, error) {
+	pubCtx := context.WithoutCancel(ctx)
+	start := time.Now()
+	ack, err := w.publishAttempt(pubCtx, m)
+	if err == nil {
+		return ack, nil // the usual case, without the backoff's allocations
+	}
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval = 50 * time.Millisecond
-	b.MaxElapsedTime = w.cfg.AckWait / 2
-	pubCtx := context.WithoutCancel(ctx)
-	var ack *jetstream.PubAck
-	err := backoff.Retry(func() error {
-		attemptCtx, cancel := context.WithTimeout(pubCtx, 5*time.Second)
-		defer cancel()
+	b.MaxElapsedTime = w.cfg.AckWait/2 - time.Since(start)
+	if b.MaxElapsedTime <= 0 {
+		return nil, err
+	}
+	time.Sleep(b.InitialInterval)
+	err = backoff.Retry(func() error {
 		var err error
-		ack, err = w.cfg.JetStream.PublishMsg(attemptCtx, m)
+		ack, err = w.publishAttempt(pubCtx, m)
 		return err
 	}, b)
 	return ack, err
+}
+
+// publishAttempt is one try of publishDurably, bounded at 5 s.
+func (w *Worker) publishAttempt(ctx context.Context, m *nats.Msg) (*jetstream.PubAck, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return w.cfg.JetStream.PublishMsg(ctx, m)
 }
 
 var protocolVersion = fmt.Sprint(windlass.ProtocolVersion)
