@@ -18,16 +18,17 @@ func storedCallStream(run string) string     { return "BENCH_RAW_" + run + "_CAL
 func storedRecordStream(run string) string   { return "BENCH_RAW_" + run + "_RECORDS" }
 func storedAnswerStream(run string) string   { return "BENCH_RAW_" + run + "_ANSWERS" }
 func storedCallSubject(run string) string    { return "bench.stored." + run + ".call" }
-func storedAnswerSubject(run string) string  { return "bench.stored." + run + ".answer" }
+func storedAnswerSubjects(run string) string { return "bench.stored." + run + ".answer.*" }
 func storedRecordSubjects(run string) string { return "bench.stored." + run + ".record.*" }
 
 // rawStored is the raw JetStream round trip made to store what the fleet
 // stores for a call, with nothing else of the fleet: the caller stores the
-// call (deduplicated by id), then a record of it in a second stream, each
-// waiting for the stream's ack as the dispatcher does; the responder stores
-// the answer in a third stream, waits for that ack, then acks the call;
-// the caller gets the answer on one shared subscription to the answers'
-// subject. Three stored messages a call, as the fleet's call, queued event
+// call (deduplicated by id), then a record of it on a subject of its own in
+// a second stream, each waiting for the stream's ack as the dispatcher
+// does; the responder stores the answer on a subject of its own (deduplicated
+// by id) in a third stream, waits for that ack, then acks the call; the
+// caller gets the answer on one shared wildcard subscription to the
+// answers' subjects. Three stored messages a call, as the fleet's call, queued event
 // and result: the fleet's ratio to it is the cost of the fleet's own code.
 type rawStored struct {
 	run      string
@@ -60,7 +61,7 @@ func startRawStored(ctx context.Context, run string, callerConn, serverConn *nat
 	for _, cfg := range []jetstream.StreamConfig{
 		{Name: storedCallStream(run), Subjects: []string{storedCallSubject(run)}, Retention: jetstream.WorkQueuePolicy, Duplicates: time.Minute},
 		{Name: storedRecordStream(run), Subjects: []string{storedRecordSubjects(run)}, Retention: jetstream.LimitsPolicy},
-		{Name: storedAnswerStream(run), Subjects: []string{storedAnswerSubject(run)}, Retention: jetstream.LimitsPolicy, Duplicates: time.Minute},
+		{Name: storedAnswerStream(run), Subjects: []string{storedAnswerSubjects(run)}, Retention: jetstream.LimitsPolicy, Duplicates: time.Minute},
 	} {
 		cfg.Storage = jetstream.FileStorage
 		if _, err := js.CreateStream(ctx, cfg); err != nil {
@@ -71,14 +72,14 @@ func startRawStored(ctx context.Context, run string, callerConn, serverConn *nat
 	if err != nil {
 		return nil, fmt.Errorf("bench: stored baseline: consumer: %w", err)
 	}
-	if r.answers, err = callerConn.Subscribe(storedAnswerSubject(run), answered(&r.pending)); err != nil {
+	if r.answers, err = callerConn.Subscribe(storedAnswerSubjects(run), answered(&r.pending)); err != nil {
 		return nil, fmt.Errorf("bench: stored baseline: answers: %w", err)
 	}
 	_ = r.answers.SetPendingLimits(-1, -1)
 	if r.it, err = cons.Messages(jetstream.PullMaxMessages(512)); err != nil {
 		return nil, fmt.Errorf("bench: stored baseline: pull: %w", err)
 	}
-	answerSubject := storedAnswerSubject(run)
+	answerPrefix := "bench.stored." + run + ".answer."
 	go func() {
 		defer close(r.loopDone)
 		for {
@@ -95,7 +96,7 @@ func startRawStored(ctx context.Context, run string, callerConn, serverConn *nat
 				id := m.Headers().Get(nats.MsgIdHdr)
 				ctx, cancel := context.WithTimeout(context.Background(), rawAnswerWait)
 				defer cancel()
-				if _, err := sjs.PublishMsg(ctx, &nats.Msg{Subject: answerSubject, Data: []byte(id), Header: nats.Header{nats.MsgIdHdr: []string{"answer:" + id}}}); err != nil {
+				if _, err := sjs.PublishMsg(ctx, &nats.Msg{Subject: answerPrefix + id, Data: []byte(id), Header: nats.Header{nats.MsgIdHdr: []string{"answer:" + id}}}); err != nil {
 					return // not acked: redelivered, as a fleet call would be
 				}
 				_ = m.Ack()
