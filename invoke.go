@@ -36,7 +36,9 @@ func Invoke(ctx context.Context, tool Tool, call ToolCall) ToolResult {
 // result Invoke would return. done runs on the tool's goroutine when the
 // tool returns, or on a goroutine of its own when the tool's timeout, the
 // call's deadline or ctx ends first; a tool that returns later is then
-// ignored. A call that cannot start (its deadline has passed) is answered
+// ignored. A call that cannot start (its deadline has passed, or the
+// arguments do not fit the schema of a [FuncTool] or a [RawTool], which
+// are checked and decoded before the tool's goroutine starts) is answered
 // before InvokeAsync returns.
 //
 // A caller that holds many long calls at once uses it to keep one goroutine
@@ -71,12 +73,17 @@ func InvokeAsync(ctx context.Context, tool Tool, call ToolCall, done func(ToolRe
 		ID: call.ID, Name: call.Name, Attempt: call.Attempt, Deadline: call.Deadline, Metadata: call.Metadata,
 	})
 	inv.cancel = cancel
+	run, err := bind(tool, call.Arguments)
+	if err != nil {
+		inv.end(nil, err)
+		return
+	}
 	// Whichever ends first answers the call: the tool returning, or its
 	// context ending. stop tells the tool's goroutine which: it answers only
 	// if it kept the context's answer from running.
 	stop := context.AfterFunc(inv.ctx, func() { inv.end(nil, inv.ctx.Err()) })
 	go func() {
-		v, err := callTool(inv.ctx, tool, call.Arguments)
+		v, err := callTool(inv.ctx, run)
 		if stop() {
 			inv.end(v, err)
 		}
@@ -95,16 +102,30 @@ type invocation struct {
 	done       func(ToolResult)
 }
 
-// callTool calls the tool, turning a panic into a *[PanicError]. Its frame
-// is all that lies between the tool's and the top of the tool's goroutine,
-// so that a tool that waits keeps a small stack.
-func callTool(ctx context.Context, tool Tool, args json.RawMessage) (v any, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			v, err = nil, &PanicError{Value: p, Stack: debug.Stack()}
-		}
-	}()
-	return tool.Call(ctx, args)
+// bind returns the call of tool with args. A [binder] checks and decodes
+// them now, on the caller's goroutine; any other tool does in its Call.
+func bind(tool Tool, args json.RawMessage) (run func(context.Context) (any, error), err error) {
+	b, ok := tool.(binder)
+	if !ok {
+		return func(ctx context.Context) (any, error) { return tool.Call(ctx, args) }, nil
+	}
+	defer recoverPanic(&err)
+	return b.bind(args)
+}
+
+// callTool runs a bound call. Its frame is all that lies between the
+// tool's function and the top of the tool's goroutine, so that a tool that
+// waits keeps a small stack.
+func callTool(ctx context.Context, run func(context.Context) (any, error)) (v any, err error) {
+	defer recoverPanic(&err)
+	return run(ctx)
+}
+
+// recoverPanic, deferred, turns a panic into a *[PanicError] in *err.
+func recoverPanic(err *error) {
+	if p := recover(); p != nil {
+		*err = &PanicError{Value: p, Stack: debug.Stack()}
+	}
 }
 
 // end classifies the call's outcome, releases its context and hands the
