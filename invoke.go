@@ -42,7 +42,8 @@ func Invoke(ctx context.Context, tool Tool, call ToolCall) ToolResult {
 // before InvokeAsync returns.
 //
 // A caller that holds many long calls at once uses it to keep one goroutine
-// a call, the tool's, rather than a second one waiting for each.
+// a call, the tool's, rather than a second one waiting for each. InvokeAsync
+// is safe for concurrent use.
 func InvokeAsync(ctx context.Context, tool Tool, call ToolCall, done func(ToolResult)) {
 	started := time.Now()
 	spec := tool.Spec().WithDefaults()
@@ -136,6 +137,8 @@ func (inv *invocation) end(value any, err error) {
 	inv.done(r)
 }
 
+// classify makes the result of the tool's outcome: its value, or its error
+// mapped as Invoke documents.
 func (inv *invocation) classify(value any, err error) ToolResult {
 	call := inv.call
 	if err == nil {
