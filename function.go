@@ -100,6 +100,10 @@ func (t *FuncTool[In, Out]) Spec() Spec { return t.spec }
 // Call implements [Tool]: it validates and decodes args into In and calls
 // the function.
 func (t *FuncTool[In, Out]) Call(ctx context.Context, args json.RawMessage) (any, error) {
+	return callBound(ctx, t, args)
+}
+
+func (t *FuncTool[In, Out]) bind(args json.RawMessage) (func(context.Context) (any, error), error) {
 	if err := t.args.Validate(args); err != nil {
 		return nil, err
 	}
@@ -109,7 +113,7 @@ func (t *FuncTool[In, Out]) Call(ctx context.Context, args json.RawMessage) (any
 			return nil, &ArgumentError{Tool: t.spec.Name, Path: "$", Rule: "decode", Message: err.Error()}
 		}
 	}
-	return t.fn(ctx, in)
+	return func(ctx context.Context) (any, error) { return t.fn(ctx, in) }, nil
 }
 
 // SchemaOf derives the JSON Schema object of a struct type T the way [Func]

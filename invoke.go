@@ -26,10 +26,30 @@ var errToolTimeout = errors.New("windlass: tool timed out")
 // context still fails the call on time: Invoke returns and the tool's
 // goroutine is left to finish on its own. Invoke is safe for concurrent use.
 func Invoke(ctx context.Context, tool Tool, call ToolCall) ToolResult {
+	result := make(chan ToolResult, 1)
+	InvokeAsync(ctx, tool, call, func(r ToolResult) { result <- r })
+	return <-result
+}
+
+// InvokeAsync is [Invoke] without the wait: it starts the call on a
+// goroutine of its own and returns, and done receives, exactly once, the
+// result Invoke would return. done runs on the tool's goroutine when the
+// tool returns, or on a goroutine of its own when the tool's timeout, the
+// call's deadline or ctx ends first; a tool that returns later is then
+// ignored. A call that cannot start (its deadline has passed, or the
+// arguments do not fit the schema of a [FuncTool] or a [RawTool], which
+// are checked and decoded before the tool's goroutine starts) is answered
+// before InvokeAsync returns.
+//
+// A caller that holds many long calls at once uses it to keep one goroutine
+// a call, the tool's, rather than a second one waiting for each. InvokeAsync
+// is safe for concurrent use.
+func InvokeAsync(ctx context.Context, tool Tool, call ToolCall, done func(ToolResult)) {
 	started := time.Now()
 	spec := tool.Spec().WithDefaults()
+	inv := &invocation{started: started, tool: spec.Name, budget: spec.Timeout, done: done}
 	if call.Name == "" {
-		call.Name = spec.Name
+		call.Name = inv.tool
 	}
 	if call.Attempt == 0 {
 		call.Attempt = 1
@@ -37,62 +57,109 @@ func Invoke(ctx context.Context, tool Tool, call ToolCall) ToolResult {
 	if noArguments(call.Arguments) {
 		call.Arguments = json.RawMessage("{}")
 	}
+	inv.call = call
 
-	budget := spec.Timeout
-	byDeadline := false
 	if !call.Deadline.IsZero() {
-		if left := time.Until(call.Deadline); left < budget {
-			budget, byDeadline = left, true
+		if left := time.Until(call.Deadline); left < inv.budget {
+			inv.budget, inv.byDeadline = left, true
 		}
 	}
-	if budget <= 0 {
-		return finish(ErrorResult(call, CodeTimeout, timeoutText(spec.Name, 0, byDeadline)), started)
+	if inv.budget <= 0 {
+		inv.done(inv.finish(ErrorResult(call, CodeTimeout, timeoutText(inv.tool, 0, inv.byDeadline))))
+		return
 	}
 
-	runCtx, cancel := context.WithTimeoutCause(ctx, budget, errToolTimeout)
-	defer cancel()
-	runCtx = ContextWithCallInfo(runCtx, CallInfo{
+	runCtx, cancel := context.WithTimeoutCause(ctx, inv.budget, errToolTimeout)
+	inv.ctx = ContextWithCallInfo(runCtx, CallInfo{
 		ID: call.ID, Name: call.Name, Attempt: call.Attempt, Deadline: call.Deadline, Metadata: call.Metadata,
 	})
-
-	type outcome struct {
-		value any
-		err   error
+	inv.cancel = cancel
+	run, err := bind(tool, call.Arguments)
+	if err != nil {
+		inv.end(nil, err)
+		return
 	}
-	done := make(chan outcome, 1) // buffered: a hung tool that returns late never blocks
+	// Whichever ends first answers the call: the tool returning, or its
+	// context ending. stop tells the tool's goroutine which: it answers only
+	// if it kept the context's answer from running.
+	stop := context.AfterFunc(inv.ctx, func() { inv.end(nil, inv.ctx.Err()) })
 	go func() {
-		defer func() {
-			if p := recover(); p != nil {
-				done <- outcome{err: &PanicError{Value: p, Stack: debug.Stack()}}
-			}
-		}()
-		v, err := tool.Call(runCtx, call.Arguments)
-		done <- outcome{value: v, err: err}
+		v, err := callTool(inv.ctx, run)
+		if stop() {
+			inv.end(v, err)
+		}
 	}()
+}
 
-	var out outcome
-	select {
-	case out = <-done:
-	case <-runCtx.Done():
-		out.err = runCtx.Err()
+// invocation is a call started by [InvokeAsync], waiting for its outcome.
+type invocation struct {
+	started    time.Time
+	tool       string // the spec's name, for the texts of timeouts and cancellations
+	call       ToolCall
+	budget     time.Duration
+	byDeadline bool
+	ctx        context.Context // the tool's
+	cancel     context.CancelFunc
+	done       func(ToolResult)
+}
+
+// bind returns the call of tool with args. A [binder] checks and decodes
+// them now, on the caller's goroutine; any other tool does in its Call.
+func bind(tool Tool, args json.RawMessage) (run func(context.Context) (any, error), err error) {
+	b, ok := tool.(binder)
+	if !ok {
+		return func(ctx context.Context) (any, error) { return tool.Call(ctx, args) }, nil
 	}
-	if out.err == nil {
-		text, data := encodeValue(out.value)
-		return finish(ToolResult{CallID: call.ID, Name: call.Name, Content: text, Data: data, Attempt: call.Attempt}, started)
+	defer recoverPanic(&err)
+	return b.bind(args)
+}
+
+// callTool runs a bound call. Its frame is all that lies between the
+// tool's function and the top of the tool's goroutine, so that a tool that
+// waits keeps a small stack.
+func callTool(ctx context.Context, run func(context.Context) (any, error)) (v any, err error) {
+	defer recoverPanic(&err)
+	return run(ctx)
+}
+
+// recoverPanic, deferred, turns a panic into a *[PanicError] in *err.
+func recoverPanic(err *error) {
+	if p := recover(); p != nil {
+		*err = &PanicError{Value: p, Stack: debug.Stack()}
+	}
+}
+
+// end classifies the call's outcome, releases its context and hands the
+// result to done; it runs once.
+func (inv *invocation) end(value any, err error) {
+	r := inv.classify(value, err)
+	inv.cancel()
+	inv.done(r)
+}
+
+// classify makes the result of the tool's outcome: its value, or its error
+// mapped as Invoke documents.
+func (inv *invocation) classify(value any, err error) ToolResult {
+	call := inv.call
+	if err == nil {
+		text, data := encodeValue(value)
+		return inv.finish(ToolResult{CallID: call.ID, Name: call.Name, Content: text, Data: data, Attempt: call.Attempt})
 	}
 	// A tool that returns its context's error is reporting the context's end:
 	// classify it by why the context ended.
-	if runCtx.Err() != nil && (errors.Is(out.err, context.Canceled) || errors.Is(out.err, context.DeadlineExceeded)) {
-		if context.Cause(runCtx) == errToolTimeout || errors.Is(context.Cause(runCtx), context.DeadlineExceeded) {
-			return finish(ErrorResult(call, CodeTimeout, timeoutText(spec.Name, budget, byDeadline)), started)
+	if inv.ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+		cause := context.Cause(inv.ctx)
+		if cause == errToolTimeout || errors.Is(cause, context.DeadlineExceeded) {
+			return inv.finish(ErrorResult(call, CodeTimeout, timeoutText(inv.tool, inv.budget, inv.byDeadline)))
 		}
-		return finish(ErrorResult(call, CodeCanceled, canceledText(spec.Name, context.Cause(runCtx))), started)
+		return inv.finish(ErrorResult(call, CodeCanceled, canceledText(inv.tool, cause)))
 	}
-	return finish(ResultFromError(call, out.err), started)
+	return inv.finish(ResultFromError(call, err))
 }
 
-func finish(r ToolResult, started time.Time) ToolResult {
-	r.DurationMS = float64(time.Since(started).Microseconds()) / 1000
+// finish stamps the call's duration on its result.
+func (inv *invocation) finish(r ToolResult) ToolResult {
+	r.DurationMS = float64(time.Since(inv.started).Microseconds()) / 1000
 	return r
 }
 

@@ -129,6 +129,87 @@ func TestInvokeHungToolFailsOnTime(t *testing.T) {
 	}
 }
 
+func TestInvokeAsyncAnswersOnce(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name     string
+		timeout  time.Duration
+		wantCode windlass.ErrorCode
+	}{
+		{name: "the tool returns", timeout: time.Hour},
+		{name: "the timeout passes first, the tool returns late", timeout: 30 * time.Millisecond, wantCode: windlass.CodeTimeout},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			release, returned := make(chan struct{}), make(chan struct{})
+			tool := fnTool(t, tt.timeout, func(context.Context, json.RawMessage) (any, error) {
+				defer close(returned)
+				<-release // ignores its context
+				return "done", nil
+			})
+			results := make(chan windlass.ToolResult, 2)
+			windlass.InvokeAsync(t.Context(), tool, windlass.ToolCall{ID: "a"}, func(r windlass.ToolResult) { results <- r })
+			// InvokeAsync has returned while the tool still waits.
+			if tt.wantCode == "" {
+				close(release)
+			}
+			r := <-results
+			if r.Code() != tt.wantCode || r.CallID != "a" || r.Attempt != 1 || (tt.wantCode == "" && r.Content != "done") {
+				t.Fatalf("result = %+v, want code %q", r, tt.wantCode)
+			}
+			if tt.wantCode != "" {
+				close(release)
+			}
+			<-returned
+			select {
+			case again := <-results:
+				t.Errorf("a second answer: %+v", again)
+			case <-time.After(50 * time.Millisecond):
+			}
+		})
+	}
+}
+
+// panicDecoder panics when it is decoded.
+type panicDecoder struct{}
+
+func (*panicDecoder) UnmarshalJSON([]byte) error { panic("bad decoder") }
+
+func TestInvokeAsyncAnswersBadArgumentsAtOnce(t *testing.T) {
+	t.Parallel()
+	ran := make(chan struct{}, 2)
+	type in struct {
+		N int          `json:"n"`
+		P panicDecoder `json:"p,omitzero"`
+	}
+	tool := windlass.MustFunc("decoding", func(context.Context, in) (int, error) { ran <- struct{}{}; return 1, nil })
+	tests := []struct {
+		name     string
+		args     string
+		wantCode windlass.ErrorCode
+		wantText string
+	}{
+		{name: "invalid", args: `{"n":"one"}`, wantCode: windlass.CodeInvalidArguments},
+		{name: "the decoder panics", args: `{"n":1,"p":{}}`, wantCode: windlass.CodePanic, wantText: `Tool "decoding" panicked: bad decoder`},
+	}
+	for _, tt := range tests {
+		results := make(chan windlass.ToolResult, 1)
+		windlass.InvokeAsync(t.Context(), tool, windlass.ToolCall{ID: "b", Arguments: json.RawMessage(tt.args)}, func(r windlass.ToolResult) { results <- r })
+		select {
+		case r := <-results:
+			if r.Code() != tt.wantCode || tt.wantText != "" && r.Content != tt.wantText {
+				t.Errorf("%s: result = %+v, want code %q", tt.name, r, tt.wantCode)
+			}
+		default:
+			t.Errorf("%s: not answered before InvokeAsync returned", tt.name)
+		}
+	}
+	if len(ran) != 0 {
+		t.Error("the function ran")
+	}
+}
+
 func TestInvokeCallDeadlineBeatsTimeout(t *testing.T) {
 	t.Parallel()
 	seenc := make(chan time.Time, 2)

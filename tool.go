@@ -57,8 +57,30 @@ func (t *RawTool) Spec() Spec { return t.spec }
 
 // Call implements [Tool]: it validates args, then calls the function.
 func (t *RawTool) Call(ctx context.Context, args json.RawMessage) (any, error) {
+	return callBound(ctx, t, args)
+}
+
+func (t *RawTool) bind(args json.RawMessage) (func(context.Context) (any, error), error) {
 	if err := t.args.Validate(args); err != nil {
 		return nil, err
 	}
-	return t.callFunc(ctx, args)
+	return func(ctx context.Context) (any, error) { return t.callFunc(ctx, args) }, nil
+}
+
+// binder is a tool that checks its arguments (and decodes them) apart
+// from running: [InvokeAsync] binds them on the caller's goroutine, so that
+// the tool's goroutine runs only the tool's function, on a stack the
+// checking has not grown.
+type binder interface {
+	// bind checks args and returns the call of the function with them.
+	bind(args json.RawMessage) (func(context.Context) (any, error), error)
+}
+
+// callBound is a binder's Call: bind, then run.
+func callBound(ctx context.Context, b binder, args json.RawMessage) (any, error) {
+	run, err := b.bind(args)
+	if err != nil {
+		return nil, err
+	}
+	return run(ctx)
 }

@@ -1,7 +1,8 @@
 // Package worker runs a process's pool of tools for the fleet: it pulls the
-// calls of its tools from JetStream, runs each through [windlass.Invoke]
-// under its deadline, publishes the result durably and only then acks the
-// call, and advertises its tools in the registry while it runs.
+// calls of its tools from JetStream, runs each through
+// [windlass.InvokeAsync] under its deadline, publishes the result durably
+// and only then acks the call, and advertises its tools in the registry
+// while it runs.
 //
 // # Consumers and capacity
 //

@@ -73,21 +73,33 @@ func (w *Worker) Stats() Stats {
 	}
 }
 
-// handle runs one delivered call and settles its message, in the call's
-// consumer span when tracing is on.
-func (w *Worker) handle(ctx context.Context, msg jetstream.Msg, t *registered, log *slog.Logger) {
-	if !w.tracer.Enabled() {
-		w.process(ctx, msg, t, log)
-		return
+// handle takes one delivered call, in its consumer span when tracing is
+// on; see process. done runs once the call's message is settled or handed
+// back, which may be after handle returns.
+func (w *Worker) handle(ctx context.Context, msg jetstream.Msg, t *registered, log *slog.Logger, done func()) {
+	if w.tracer.Enabled() {
+		var span trace.Span
+		ctx, span = w.startProcess(ctx, msg, t)
+		settled := done
+		done = func() { span.End(); settled() }
 	}
-	ctx, span := w.startProcess(ctx, msg, t)
-	defer span.End()
-	w.process(ctx, msg, t, log)
+	w.process(ctx, msg, t, log, done)
 }
 
-// process runs one delivered call and settles its message.
-func (w *Worker) process(ctx context.Context, msg jetstream.Msg, t *registered, log *slog.Logger) {
+// process takes one delivered call. A call that must not run (malformed,
+// already answered, out of deliveries, refused, canceled) is settled before
+// process returns. Otherwise process starts the tool and returns: the call
+// is settled when the tool answers (see running.finish), so a call whose
+// tool waits holds only the tool's goroutine, not the handler's too.
+func (w *Worker) process(ctx context.Context, msg jetstream.Msg, t *registered, log *slog.Logger, done func()) {
 	origin := msg.Headers().Get(layout.HeaderOrigin)
+	c := &running{w: w, ctx: ctx, msg: msg, t: t, origin: origin, done: done}
+	started := false
+	defer func() {
+		if !started {
+			c.end()
+		}
+	}()
 	meta, err := msg.Metadata()
 	if err != nil {
 		log.ErrorContext(ctx, "worker: message without JetStream metadata; terminating", "tool", t.spec.Name, "error", err)
@@ -115,11 +127,12 @@ func (w *Worker) process(ctx context.Context, msg jetstream.Msg, t *registered, 
 	call.Attempt = int(meta.NumDelivered)
 	identify(ctx, call)
 	log = log.With("call_id", call.ID, "tool", call.Name, "attempt", call.Attempt)
+	c.call, c.log = call, log
 
 	// One heartbeat from delivery until the message is settled, which
 	// includes publishing the result.
 	hb := w.startHeartbeat(msg, call)
-	defer hb.stop()
+	c.hb = hb
 
 	if call.Attempt > 1 && w.answered(ctx, call.ID) {
 		// Its earlier worker published the result but was lost (or paused
@@ -152,11 +165,9 @@ func (w *Worker) process(ctx context.Context, msg jetstream.Msg, t *registered, 
 		return
 	}
 
-	token := layout.CallToken(call.ID)
-	callCtx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	rec, canceled := w.cancels.start(token, cancel)
-	defer w.cancels.finish(token)
+	c.token = layout.CallToken(call.ID)
+	c.callCtx, c.cancel = context.WithCancelCause(ctx)
+	rec, canceled := w.cancels.start(c.token, c.cancel)
 	if !canceled && time.Since(meta.Timestamp) > cancelCheckAfter {
 		getCtx, stop := context.WithTimeout(ctx, 2*time.Second)
 		rec, canceled = w.checkCancellation(getCtx, call.ID)
@@ -172,46 +183,92 @@ func (w *Worker) process(ctx context.Context, msg jetstream.Msg, t *registered, 
 	}
 	hb.begin()
 
-	done := w.metrics.Started(ctx, call.Name, meta.Timestamp)
-	execCtx, span := w.startExecute(callCtx, call)
-	result := windlass.Invoke(windlass.ContextWithProgress(execCtx, hb.report), t.tool, call)
-	hb.ended()
-	endExecute(span, result)
-	if done != nil {
-		done(result)
+	c.metered = w.metrics.Started(ctx, call.Name, meta.Timestamp)
+	var execCtx context.Context
+	execCtx, c.span = w.startExecute(c.callCtx, call)
+	started = true // from here on, finish settles the call, perhaps before InvokeAsync returns
+	windlass.InvokeAsync(windlass.ContextWithProgress(execCtx, hb.report), t.tool, call, c.finish)
+}
+
+// running is a call process has taken: what settling it needs when its
+// tool answers. The fields after call are set as process gets to
+// them; end releases those that are set.
+type running struct {
+	w      *Worker
+	ctx    context.Context // the call's: its consumer span, for settling and logs
+	msg    jetstream.Msg
+	t      *registered
+	origin string
+	done   func()
+
+	call    windlass.ToolCall
+	log     *slog.Logger
+	hb      *heartbeat
+	token   string                  // the call's in the worker's cancellations
+	callCtx context.Context         // the tool's, canceled by a cancellation or the shutdown grace
+	cancel  context.CancelCauseFunc // of callCtx
+	span    trace.Span              // the execution span
+	metered func(windlass.ToolResult)
+}
+
+// end releases what the call holds, once its message is settled or handed
+// back: its place in the cancellations, its context, its heartbeat, and
+// then done.
+func (c *running) end() {
+	if c.token != "" {
+		c.w.cancels.finish(c.token)
+	}
+	if c.cancel != nil {
+		c.cancel(nil)
+	}
+	if c.hb != nil {
+		c.hb.stop()
+	}
+	c.done()
+}
+
+// finish settles a call with its tool's result: stored, then acked; or
+// handed back for a retry or at shutdown; or recorded dead.
+func (c *running) finish(result windlass.ToolResult) {
+	defer c.end()
+	w, ctx, msg, call, origin, log := c.w, c.ctx, c.msg, c.call, c.origin, c.log
+	c.hb.ended()
+	endExecute(c.span, result)
+	if c.metered != nil {
+		c.metered(result)
 	}
 	if log.Enabled(ctx, slog.LevelDebug) {
 		log.DebugContext(ctx, "worker: call ran", "outcome", telemetry.OutcomeOf(result), "duration_ms", result.DurationMS)
 	}
 	result.Worker = w.cfg.ID
 	result.Attempt = call.Attempt
-	result.StartedAt = hb.startedAt
+	result.StartedAt = c.hb.startedAt
 
 	switch {
-	case errors.Is(context.Cause(callCtx), errShutdown) && result.IsError:
+	case errors.Is(context.Cause(c.callCtx), errShutdown) && result.IsError:
 		log.InfoContext(ctx, "worker: call interrupted by shutdown; handing it back")
-		hb.stop()
+		c.hb.stop()
 		w.settle(ctx, msg, nak, nil, origin, log)
 		return
-	case errors.Is(context.Cause(callCtx), windlass.ErrCallCanceled) && result.Code() == windlass.CodeCanceled:
+	case errors.Is(context.Cause(c.callCtx), windlass.ErrCallCanceled) && result.Code() == windlass.CodeCanceled:
 		w.stats.canceled.Add(1)
 	case result.Code() == windlass.CodeInvalidArguments:
 		// Never retried: the same arguments fail the same way.
 		w.settle(ctx, msg, term, &result, origin, log)
 		return
 	}
-	if delay, ok := w.retryDelay(call, t, result); ok {
+	if delay, ok := w.retryDelay(call, c.t, result); ok {
 		log.InfoContext(ctx, "worker: retryable failure; the call will be retried", "in", delay, "error", result.Content)
 		w.stats.retried.Add(1)
-		hb.announceStarted()
+		c.hb.announceStarted()
 		w.publishEvent(call, windlass.Event{Kind: windlass.EventRetrying, Attempt: call.Attempt, Error: result.Error, RetryAt: time.Now().Add(delay)})
-		hb.stop()
+		c.hb.stop()
 		if err := msg.NakWithDelay(delay); err != nil {
 			log.WarnContext(ctx, "worker: handing the call back for a retry failed; it is redelivered after the ack wait", "error", err)
 		}
 		return
 	}
-	if result.Error != nil && result.Error.Retryable && t.cfg.retry.MaxAttempts > 1 {
+	if result.Error != nil && result.Error.Retryable && c.t.cfg.retry.MaxAttempts > 1 {
 		// Its retries ran out: keep it for inspection and replay.
 		if !w.recordDead(ctx, call, call.Attempt, *result.Error, origin, log) {
 			return // left for redelivery, which records it again

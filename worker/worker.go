@@ -416,10 +416,10 @@ func (w *Worker) pull(ctx, runCtx context.Context, cons jetstream.Consumer, t *r
 					release()
 					continue
 				}
-				calls.Go(func() {
-					defer release()
-					w.handle(runCtx, msg, t, log)
-				})
+				// calls counts the handler's goroutine and, apart, the
+				// call until it is settled, which may be later.
+				calls.Add(1)
+				calls.Go(func() { w.handle(runCtx, msg, t, log, func() { release(); calls.Done() }) })
 			}
 			err = batch.Error()
 		}
