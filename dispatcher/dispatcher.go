@@ -205,36 +205,79 @@ func (d *Dispatcher) deliver(r windlass.ToolResult) {
 // sweepAfterReconnects looks up, after every reconnect to NATS, the result
 // of each call waiting on this instance: a result published while the
 // connection was down reached the results stream but not this instance's
-// subscription.
+// subscription. It looks again sweepAgainAfter later, for a result a
+// worker stored just before this instance's subscription was back but
+// after the first look.
 func (d *Dispatcher) sweepAfterReconnects() {
 	defer close(d.sweeperDone)
 	t := time.NewTicker(250 * time.Millisecond)
 	defer t.Stop()
 	seen := d.cfg.Conn.Stats().Reconnects
+	var again time.Time // when to sweep once more; zero: not due
 	for {
 		select {
 		case <-d.done:
 			return
 		case <-t.C:
 		}
-		if n := d.cfg.Conn.Stats().Reconnects; n != seen && d.cfg.Conn.IsConnected() {
+		if !d.cfg.Conn.IsConnected() {
+			continue
+		}
+		switch n := d.cfg.Conn.Stats().Reconnects; {
+		case n != seen:
 			seen = n
+			d.sweep()
+			again = time.Now().Add(sweepAgainAfter)
+		case !again.IsZero() && time.Now().After(again):
+			again = time.Time{}
 			d.sweep()
 		}
 	}
 }
 
+// sweepAgainAfter is how long after a reconnect the waiting calls' results
+// are looked up a second time.
+const sweepAgainAfter = 2 * time.Second
+
 // sweep fetches the stored result of every call waiting on this instance.
+// A look-up that fails (the server still recovering its streams after a
+// restart) is tried again, with backoff, for up to sweepTimeout.
 func (d *Dispatcher) sweep() {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), sweepTimeout)
 	defer cancel()
+	var retry []string
 	found := 0
-	d.pending.Range(func(k, _ any) bool {
-		if r, err := d.Result(ctx, k.(string)); err == nil {
+	look := func(id string) {
+		r, err := d.Result(ctx, id)
+		switch {
+		case err == nil:
 			d.deliver(r)
 			found++
+		case !errors.Is(err, ErrNoResult):
+			retry = append(retry, id)
 		}
+	}
+	d.pending.Range(func(k, _ any) bool {
+		look(k.(string))
 		return ctx.Err() == nil
 	})
-	d.cfg.Logger.Info("dispatcher: reconnected; looked up the results of waiting calls", "found", found)
+	for wait := 100 * time.Millisecond; len(retry) > 0 && ctx.Err() == nil; wait = min(2*wait, 2*time.Second) {
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+		case <-d.done:
+			return
+		}
+		ids := retry
+		retry = nil
+		for _, id := range ids {
+			if _, waiting := d.pending.Load(id); waiting {
+				look(id)
+			}
+		}
+	}
+	d.cfg.Logger.Info("dispatcher: reconnected; looked up the results of waiting calls", "found", found, "unanswered_lookups", len(retry))
 }
+
+// sweepTimeout bounds one sweep.
+const sweepTimeout = 30 * time.Second
