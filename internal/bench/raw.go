@@ -47,11 +47,7 @@ type raw struct {
 
 // startRaw sets up the baselines: callerConn calls, serverConn answers.
 func startRaw(ctx context.Context, run string, callerConn, serverConn *nats.Conn) (*raw, error) {
-	js, err := jetstream.New(callerConn)
-	if err != nil {
-		return nil, err
-	}
-	sjs, err := jetstream.New(serverConn)
+	js, sjs, err := jetStreams(callerConn, serverConn)
 	if err != nil {
 		return nil, err
 	}
@@ -108,6 +104,18 @@ func startRaw(ctx context.Context, run string, callerConn, serverConn *nats.Conn
 	return r, nil
 }
 
+// jetStreams is the JetStream client of a baseline's caller and of its
+// responder.
+func jetStreams(callerConn, serverConn *nats.Conn) (js, sjs jetstream.JetStream, err error) {
+	if js, err = jetstream.New(callerConn); err != nil {
+		return nil, nil, err
+	}
+	if sjs, err = jetstream.New(serverConn); err != nil {
+		return nil, nil, err
+	}
+	return js, sjs, nil
+}
+
 func sleepOf(h nats.Header) time.Duration {
 	us, _ := strconv.Atoi(h.Get(sleepHeader))
 	return time.Duration(us) * time.Microsecond
@@ -138,22 +146,34 @@ func (r *raw) close() {
 // jetStreamCall returns a raw JetStream round trip with payload bytes of
 // data and the given responder work.
 func (r *raw) jetStreamCall(payload int, work time.Duration) CallFunc {
+	return jetStreamRoundTrip(r.js, r.run, &r.seq, &r.pending, rawCallSubject(r.run), payload, work, nil)
+}
+
+// jetStreamRoundTrip returns a call of a JetStream baseline: publish a call
+// of payload bytes to subject (its id the message id, the responder's work
+// in a header) and wait for the stream's ack, then for the rest of the
+// baseline's stores (then, when not nil), then for the answer.
+func jetStreamRoundTrip(js jetstream.JetStream, run string, seq *atomic.Int64, pending *sync.Map, subject string, payload int, work time.Duration,
+	then func(ctx context.Context, id string) error) CallFunc {
 	data := filled(payload)
 	sleep := strconv.FormatInt(work.Microseconds(), 10)
-	subject := rawCallSubject(r.run)
 	return func(ctx context.Context) error {
-		id := r.run + "-" + strconv.FormatInt(r.seq.Add(1), 10)
+		id := run + "-" + strconv.FormatInt(seq.Add(1), 10)
 		ch := make(chan struct{})
-		r.pending.Store(id, ch)
+		pending.Store(id, ch)
 		h := nats.Header{nats.MsgIdHdr: []string{id}}
 		if work > 0 {
 			h[sleepHeader] = []string{sleep}
 		}
-		if _, err := r.js.PublishMsg(ctx, &nats.Msg{Subject: subject, Data: data, Header: h}); err != nil {
-			r.pending.Delete(id)
+		_, err := js.PublishMsg(ctx, &nats.Msg{Subject: subject, Data: data, Header: h})
+		if err == nil && then != nil {
+			err = then(ctx, id)
+		}
+		if err != nil {
+			pending.Delete(id)
 			return err
 		}
-		return awaitAnswer(ctx, &r.pending, id, ch)
+		return awaitAnswer(ctx, pending, id, ch)
 	}
 }
 

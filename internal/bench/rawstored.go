@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,11 +43,7 @@ type rawStored struct {
 // startRawStored sets up the third baseline: callerConn calls, serverConn
 // answers.
 func startRawStored(ctx context.Context, run string, callerConn, serverConn *nats.Conn) (_ *rawStored, err error) {
-	js, err := jetstream.New(callerConn)
-	if err != nil {
-		return nil, err
-	}
-	sjs, err := jetstream.New(serverConn)
+	js, sjs, err := jetStreams(callerConn, serverConn)
 	if err != nil {
 		return nil, err
 	}
@@ -126,26 +121,9 @@ func (r *rawStored) close() {
 // call returns the stored round trip with payload bytes of data and the
 // given responder work.
 func (r *rawStored) call(payload int, work time.Duration) CallFunc {
-	data := filled(payload)
-	sleep := strconv.FormatInt(work.Microseconds(), 10)
-	callSubject := storedCallSubject(r.run)
 	recordPrefix := "bench.stored." + r.run + ".record."
-	return func(ctx context.Context) error {
-		id := r.run + "-" + strconv.FormatInt(r.seq.Add(1), 10)
-		ch := make(chan struct{})
-		r.pending.Store(id, ch)
-		h := nats.Header{nats.MsgIdHdr: []string{id}}
-		if work > 0 {
-			h[sleepHeader] = []string{sleep}
-		}
-		if _, err := r.js.PublishMsg(ctx, &nats.Msg{Subject: callSubject, Data: data, Header: h}); err != nil {
-			r.pending.Delete(id)
-			return err
-		}
-		if _, err := r.js.PublishMsg(ctx, &nats.Msg{Subject: recordPrefix + id, Data: []byte(id)}); err != nil {
-			r.pending.Delete(id)
-			return err
-		}
-		return awaitAnswer(ctx, &r.pending, id, ch)
-	}
+	return jetStreamRoundTrip(r.js, r.run, &r.seq, &r.pending, storedCallSubject(r.run), payload, work, func(ctx context.Context, id string) error {
+		_, err := r.js.PublishMsg(ctx, &nats.Msg{Subject: recordPrefix + id, Data: []byte(id)})
+		return err
+	})
 }
