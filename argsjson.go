@@ -5,11 +5,16 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // decodeArguments decodes JSON the way the schema validator's own decoder
 // does (encoding/json into any, numbers as json.Number), in one pass and
-// with strings that need no unescaping copied straight from the input.
+// with strings that need no unescaping taken straight from the input: they
+// share data's memory (no copy), so the value must not outlive the caller's
+// use of data, which must not change meanwhile. [ArgumentsSchema.Validate],
+// its one caller, drops the value before it returns; the messages it
+// builds from it are new strings.
 // ok is false for anything it does not handle — invalid JSON, nesting over
 // maxFastDepth — and the caller then takes the standard decoder, which
 // says what is wrong; so it only ever answers for valid JSON, with the
@@ -160,7 +165,7 @@ func (d *fastDecoder) str() (string, bool) {
 		span := d.data[d.i+1 : d.i+1+j]
 		if bytes.IndexByte(span, '\\') < 0 && printableASCII(span) {
 			d.i += j + 2
-			return string(span), true
+			return aliasString(span), true
 		}
 	}
 	start := d.i
@@ -172,7 +177,7 @@ func (d *fastDecoder) str() (string, bool) {
 		case c == '"':
 			d.i++
 			if plainASCII {
-				return string(d.data[start+1 : d.i-1]), true
+				return aliasString(d.data[start+1 : d.i-1]), true
 			}
 			var s string
 			if json.Unmarshal(d.data[start:d.i], &s) != nil {
@@ -192,6 +197,14 @@ func (d *fastDecoder) str() (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// aliasString is b as a string without a copy; see decodeArguments.
+func aliasString(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(&b[0], len(b))
 }
 
 // number reads a JSON number: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
