@@ -245,6 +245,13 @@ const sweepAgainAfter = 2 * time.Second
 func (d *Dispatcher) sweep() {
 	ctx, cancel := context.WithTimeout(context.Background(), sweepTimeout)
 	defer cancel()
+	go func() { // Close ends a sweep at once
+		select {
+		case <-d.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	var retry []string
 	found := 0
 	look := func(id string) {
@@ -265,8 +272,6 @@ func (d *Dispatcher) sweep() {
 		select {
 		case <-time.After(wait):
 		case <-ctx.Done():
-		case <-d.done:
-			return
 		}
 		ids := retry
 		retry = nil

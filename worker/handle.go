@@ -242,7 +242,11 @@ func (c *running) finish(result windlass.ToolResult) {
 	}
 	result.Worker = w.cfg.ID
 	result.Attempt = call.Attempt
-	result.StartedAt = c.hb.startedAt
+	if result.Code() != windlass.CodeInvalidArguments {
+		// The tool ran (arguments that do not fit are refused before it
+		// starts; see windlass.InvokeAsync).
+		result.StartedAt = c.hb.startedAt
+	}
 
 	switch {
 	case errors.Is(context.Cause(c.callCtx), errShutdown) && result.IsError:
@@ -260,8 +264,7 @@ func (c *running) finish(result windlass.ToolResult) {
 	if delay, ok := w.retryDelay(call, c.t, result); ok {
 		log.InfoContext(ctx, "worker: retryable failure; the call will be retried", "in", delay, "error", result.Content)
 		w.stats.retried.Add(1)
-		c.hb.announceStarted()
-		w.publishEvent(call, windlass.Event{Kind: windlass.EventRetrying, Attempt: call.Attempt, Error: result.Error, RetryAt: time.Now().Add(delay)})
+		c.hb.announceBefore(windlass.Event{Kind: windlass.EventRetrying, Attempt: call.Attempt, Error: result.Error, RetryAt: time.Now().Add(delay)})
 		c.hb.stop()
 		if err := msg.NakWithDelay(delay); err != nil {
 			log.WarnContext(ctx, "worker: handing the call back for a retry failed; it is redelivered after the ack wait", "error", err)

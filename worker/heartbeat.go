@@ -31,8 +31,11 @@ type heartbeat struct {
 	checking atomic.Bool // a cancellation look-up is queued or running
 
 	startedAt time.Time   // when the tool began; set by begin, before the timer
-	announced atomic.Bool // the attempt's started event went out
 	announce  *time.Timer // sends the started event startedDelay after begin
+
+	eventsMu  sync.Mutex // orders the attempt's events: started first
+	announced bool       // the attempt's started event went out
+	over      bool       // the tool returned: no started or progress event is due
 
 	mu        sync.Mutex // taken by a tick and by stop
 	stopped   bool
@@ -67,21 +70,45 @@ func (h *heartbeat) begin() {
 	h.announce = time.AfterFunc(startedDelay, h.announceStarted)
 }
 
-// announceStarted publishes the attempt's started event, once. Any other
-// event of the attempt (progress, retrying) calls it first, so a watcher
-// never sees one without the attempt's start.
+// announceStarted publishes the attempt's started event, once, unless the
+// tool returned (the timer's call); see announceBefore.
 func (h *heartbeat) announceStarted() {
-	if h.announced.CompareAndSwap(false, true) {
+	h.eventsMu.Lock()
+	defer h.eventsMu.Unlock()
+	if !h.over {
+		h.announceLocked()
+	}
+}
+
+// announceBefore publishes the attempt's started event, if it has not gone
+// out, and then e: an event of the attempt (retrying, after the tool
+// returned) never goes out without the attempt's start before it, and
+// concurrent callers wait for the one publishing started.
+func (h *heartbeat) announceBefore(e windlass.Event) {
+	h.eventsMu.Lock()
+	defer h.eventsMu.Unlock()
+	h.announceLocked()
+	h.w.publishEvent(h.call, e)
+}
+
+func (h *heartbeat) announceLocked() {
+	if !h.announced {
+		h.announced = true
 		h.w.publishEvent(h.call, windlass.Event{Kind: windlass.EventStarted, Attempt: h.call.Attempt, Time: h.startedAt})
 	}
 }
 
 // ended tells the heartbeat the tool returned: a started event not yet sent
-// is no longer due (the result records the start).
+// is no longer due (the result records the start), nor is progress. A
+// timer already firing waits for it, so a started event it sends goes out
+// before the result.
 func (h *heartbeat) ended() {
 	if h.announce != nil {
 		h.announce.Stop()
 	}
+	h.eventsMu.Lock()
+	h.over = true
+	h.eventsMu.Unlock()
 }
 
 // tick is one period of the heartbeat, on the beats goroutine. A
@@ -102,8 +129,7 @@ func (h *heartbeat) tick(now time.Time, checks chan<- *heartbeat) {
 	}
 	if changed {
 		h.sent = p
-		h.announceStarted()
-		h.w.publishEvent(h.call, windlass.Event{Kind: windlass.EventProgress, Attempt: h.call.Attempt, Progress: p})
+		h.progress(p)
 	}
 	_ = h.msg.InProgress() // a publish: it does not wait for the server
 	h.lastAlive = now
@@ -114,6 +140,18 @@ func (h *heartbeat) tick(now time.Time, checks chan<- *heartbeat) {
 			h.checking.Store(false)
 		}
 	}
+}
+
+// progress publishes the tool's latest report, after the attempt's started
+// event, while the tool runs.
+func (h *heartbeat) progress(p *windlass.Progress) {
+	h.eventsMu.Lock()
+	defer h.eventsMu.Unlock()
+	if h.over {
+		return
+	}
+	h.announceLocked()
+	h.w.publishEvent(h.call, windlass.Event{Kind: windlass.EventProgress, Attempt: h.call.Attempt, Progress: p})
 }
 
 // checkCanceled asks the cancels stream whether the running call was
