@@ -195,18 +195,19 @@ func (d *Dispatcher) publish(ctx context.Context, p *prepared) (duplicate bool, 
 		pubCtx, cancel = context.WithDeadline(ctx, p.call.Deadline)
 		defer cancel()
 	}
+	queuedAt := time.Now() // before any worker can take the call
 	ack, retried, err := d.publishDurably(pubCtx, p.msg)
 	if err != nil {
 		return false, &windlass.CallError{Code: windlass.CodeUnavailable, Message: fmt.Sprintf("The fleet could not accept the call: %v", err)}
 	}
 	switch {
 	case !ack.Duplicate:
-		d.publishQueued(ctx, p.call)
+		d.publishQueued(ctx, p.call, queuedAt)
 	case retried:
 		// Most likely this publish's own earlier attempt, stored but not
 		// acknowledged. A random id can only be ours; a caller's own id is
 		// still waited for by id, in case another submit of it came first.
-		d.publishQueued(ctx, p.call)
+		d.publishQueued(ctx, p.call, queuedAt)
 		return p.ownID, nil
 	}
 	return ack.Duplicate, nil

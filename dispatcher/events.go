@@ -19,9 +19,10 @@ import (
 // find the call by this event (and a resubmit of a caller-chosen id past
 // the calls stream's duplicate window), so it must be there once Submit
 // returns or Call waits. A failure is logged, not returned: the call is
-// accepted all the same.
-func (d *Dispatcher) publishQueued(ctx context.Context, call windlass.ToolCall) {
-	e := windlass.Event{CallID: call.ID, Kind: windlass.EventQueued, Tool: call.Name, Time: time.Now(), Deadline: call.Deadline, Origin: d.cfg.ID}
+// accepted all the same. at is taken before the call was published, so
+// (on one clock) the queued time never follows a worker's start.
+func (d *Dispatcher) publishQueued(ctx context.Context, call windlass.ToolCall, at time.Time) {
+	e := windlass.Event{CallID: call.ID, Kind: windlass.EventQueued, Tool: call.Name, Time: at, Deadline: call.Deadline, Origin: d.cfg.ID}
 	data, err := json.Marshal(e)
 	if err != nil {
 		return
