@@ -468,7 +468,9 @@ func TestDeliverRetriesTimeouts(t *testing.T) {
 	var rec attempts
 	s := newSender(t, webhook.Config{
 		Endpoints:    []webhook.Endpoint{{URL: rc.URL(), Secrets: []webhook.Secret{webhook.NewSecret()}}},
-		AllowPrivate: true, Timeout: 300 * time.Millisecond, OnAttempt: rec.record,
+		// A second long enough for the answering attempt on a loaded
+		// machine (at 300 ms, CI once saw it time out too).
+		AllowPrivate: true, Timeout: time.Second, OnAttempt: rec.record,
 	})
 	res := one(t, s.Deliver(t.Context(), webhook.Event{Type: "approval.requested"}))
 	if res.Err != nil || res.Attempts != 2 || res.StatusCode != http.StatusAccepted {
