@@ -467,7 +467,7 @@ func TestDeliverRetriesTimeouts(t *testing.T) {
 	})
 	var rec attempts
 	s := newSender(t, webhook.Config{
-		Endpoints:    []webhook.Endpoint{{URL: rc.URL(), Secrets: []webhook.Secret{webhook.NewSecret()}}},
+		Endpoints: []webhook.Endpoint{{URL: rc.URL(), Secrets: []webhook.Secret{webhook.NewSecret()}}},
 		// A second long enough for the answering attempt on a loaded
 		// machine (at 300 ms, CI once saw it time out too).
 		AllowPrivate: true, Timeout: time.Second, OnAttempt: rec.record,
