@@ -27,7 +27,10 @@ func (d *Dispatcher) publishQueued(ctx context.Context, call windlass.ToolCall, 
 	if err != nil {
 		return
 	}
-	if _, err := d.js.PublishMsg(ctx, &nats.Msg{Subject: layout.EventSubject(call.ID, string(e.Kind)), Data: data,
+	// Stored even when the caller gives up meanwhile (the call is accepted
+	// and runs; a cancellation needs this record to find it), within the
+	// client's default publish timeout.
+	if _, err := d.js.PublishMsg(context.WithoutCancel(ctx), &nats.Msg{Subject: layout.EventSubject(call.ID, string(e.Kind)), Data: data,
 		Header: nats.Header{layout.HeaderProtocol: []string{protocolVersion}}}); err != nil {
 		d.cfg.Logger.Warn("dispatcher: could not record the call as queued; Cancel, Status and Watch may not find it", "call_id", call.ID, "error", err)
 	}
