@@ -109,21 +109,31 @@ func (d *fastDecoder) object(depth int) (any, bool) {
 			return nil, false
 		}
 		m[k] = v // a repeated key: the last one wins, as in encoding/json
-		d.space()
-		if d.i >= len(d.data) {
+		if done, ok := d.separator('}'); !ok {
 			return nil, false
-		}
-		switch d.data[d.i] {
-		case ',':
-			d.i++
-			d.space()
-		case '}':
-			d.i++
+		} else if done {
 			return m, true
-		default:
-			return nil, false
 		}
 	}
+}
+
+// separator reads what follows a member of an object or an element of an
+// array: a comma (another follows) or the closing byte (done).
+func (d *fastDecoder) separator(closing byte) (done, ok bool) {
+	d.space()
+	if d.i >= len(d.data) {
+		return false, false
+	}
+	switch d.data[d.i] {
+	case ',':
+		d.i++
+		d.space()
+		return false, true
+	case closing:
+		d.i++
+		return true, true
+	}
+	return false, false
 }
 
 func (d *fastDecoder) array(depth int) (any, bool) {
@@ -140,19 +150,10 @@ func (d *fastDecoder) array(depth int) (any, bool) {
 			return nil, false
 		}
 		a = append(a, v)
-		d.space()
-		if d.i >= len(d.data) {
+		if done, ok := d.separator(']'); !ok {
 			return nil, false
-		}
-		switch d.data[d.i] {
-		case ',':
-			d.i++
-			d.space()
-		case ']':
-			d.i++
+		} else if done {
 			return a, true
-		default:
-			return nil, false
 		}
 	}
 }
