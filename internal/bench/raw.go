@@ -39,10 +39,9 @@ type raw struct {
 	reqConn           *nats.Conn
 	pending           sync.Map // id -> chan struct{}
 	seq               atomic.Int64
-	it                jetstream.MessagesContext
+	loop              *pullLoop
 	answers, requests *nats.Subscription
 	responders        sync.WaitGroup
-	loopDone          chan struct{}
 }
 
 // startRaw sets up the baselines: callerConn calls, serverConn answers.
@@ -55,7 +54,7 @@ func startRaw(ctx context.Context, run string, callerConn, serverConn *nats.Conn
 		Retention: jetstream.WorkQueuePolicy, Duplicates: time.Minute, Storage: jetstream.FileStorage}); err != nil {
 		return nil, fmt.Errorf("bench: raw stream: %w", err)
 	}
-	r := &raw{run: run, js: js, callerConn: callerConn, reqConn: callerConn, loopDone: make(chan struct{})}
+	r := &raw{run: run, js: js, callerConn: callerConn, reqConn: callerConn}
 	cons, err := sjs.CreateOrUpdateConsumer(ctx, rawStreamName(run), jetstream.ConsumerConfig{Durable: "raw", AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 20000})
 	if err != nil {
 		r.deleteStream()
@@ -77,31 +76,58 @@ func startRaw(ctx context.Context, run string, callerConn, serverConn *nats.Conn
 		return nil, fmt.Errorf("bench: raw responder: %w", err)
 	}
 	_ = r.requests.SetPendingLimits(-1, -1)
-	if r.it, err = cons.Messages(jetstream.PullMaxMessages(512)); err != nil {
+	r.loop, err = startPullLoop(cons, func(m jetstream.Msg) {
+		answer := func() {
+			// The answer (the call id back) on one shared subscription,
+			// then the ack, as the fleet answers first.
+			_ = serverConn.Publish(rawAnswerSubject(run), []byte(m.Headers().Get(nats.MsgIdHdr)))
+			_ = m.Ack()
+		}
+		if d := sleepOf(nats.Header(m.Headers())); d > 0 {
+			r.responders.Go(func() { time.Sleep(d); answer() })
+			return
+		}
+		answer()
+	})
+	if err != nil {
 		r.close()
 		return nil, fmt.Errorf("bench: raw pull: %w", err)
 	}
+	return r, nil
+}
+
+// pullLoop hands every message of a baseline's consumer to its handler, on
+// one goroutine, until stop.
+type pullLoop struct {
+	it   jetstream.MessagesContext
+	done chan struct{}
+}
+
+func startPullLoop(cons jetstream.Consumer, handle func(jetstream.Msg)) (*pullLoop, error) {
+	it, err := cons.Messages(jetstream.PullMaxMessages(512))
+	if err != nil {
+		return nil, err
+	}
+	l := &pullLoop{it: it, done: make(chan struct{})}
 	go func() {
-		defer close(r.loopDone)
+		defer close(l.done)
 		for {
-			m, err := r.it.Next()
+			m, err := it.Next()
 			if err != nil {
 				return
 			}
-			answer := func() {
-				// The answer (the call id back) on one shared
-				// subscription, then the ack, as the fleet answers first.
-				_ = serverConn.Publish(rawAnswerSubject(run), []byte(m.Headers().Get(nats.MsgIdHdr)))
-				_ = m.Ack()
-			}
-			if d := sleepOf(nats.Header(m.Headers())); d > 0 {
-				r.responders.Go(func() { time.Sleep(d); answer() })
-				continue
-			}
-			answer()
+			handle(m)
 		}
 	}()
-	return r, nil
+	return l, nil
+}
+
+// stop ends the loop and waits for it; a nil loop is stopped already.
+func (l *pullLoop) stop() {
+	if l != nil {
+		l.it.Stop()
+		<-l.done
+	}
 }
 
 // jetStreams is the JetStream client of a baseline's caller and of its
@@ -129,10 +155,7 @@ func (r *raw) deleteStream() {
 
 // close stops the responders and deletes the raw stream.
 func (r *raw) close() {
-	if r.it != nil {
-		r.it.Stop()
-		<-r.loopDone
-	}
+	r.loop.stop()
 	if r.requests != nil {
 		_ = r.requests.Unsubscribe()
 	}

@@ -34,10 +34,9 @@ type rawStored struct {
 	js       jetstream.JetStream
 	pending  sync.Map // id -> chan struct{}
 	seq      atomic.Int64
-	it       jetstream.MessagesContext
+	loop     *pullLoop
 	answers  *nats.Subscription
 	handlers sync.WaitGroup
-	loopDone chan struct{}
 }
 
 // startRawStored sets up the third baseline: callerConn calls, serverConn
@@ -47,7 +46,7 @@ func startRawStored(ctx context.Context, run string, callerConn, serverConn *nat
 	if err != nil {
 		return nil, err
 	}
-	r := &rawStored{run: run, js: js, loopDone: make(chan struct{})}
+	r := &rawStored{run: run, js: js}
 	defer func() {
 		if err != nil {
 			r.close()
@@ -71,42 +70,32 @@ func startRawStored(ctx context.Context, run string, callerConn, serverConn *nat
 		return nil, fmt.Errorf("bench: stored baseline: answers: %w", err)
 	}
 	_ = r.answers.SetPendingLimits(-1, -1)
-	if r.it, err = cons.Messages(jetstream.PullMaxMessages(512)); err != nil {
+	answerPrefix := "bench.stored." + run + ".answer."
+	// Each call on a goroutine of its own, since storing its answer waits
+	// for the stream, as the fleet's worker does.
+	r.loop, err = startPullLoop(cons, func(m jetstream.Msg) {
+		r.handlers.Go(func() {
+			if d := sleepOf(nats.Header(m.Headers())); d > 0 {
+				time.Sleep(d)
+			}
+			id := m.Headers().Get(nats.MsgIdHdr)
+			ctx, cancel := context.WithTimeout(context.Background(), rawAnswerWait)
+			defer cancel()
+			if _, err := sjs.PublishMsg(ctx, &nats.Msg{Subject: answerPrefix + id, Data: []byte(id), Header: nats.Header{nats.MsgIdHdr: []string{"answer:" + id}}}); err != nil {
+				return // not acked: redelivered, as a fleet call would be
+			}
+			_ = m.Ack()
+		})
+	})
+	if err != nil {
 		return nil, fmt.Errorf("bench: stored baseline: pull: %w", err)
 	}
-	answerPrefix := "bench.stored." + run + ".answer."
-	go func() {
-		defer close(r.loopDone)
-		for {
-			m, err := r.it.Next()
-			if err != nil {
-				return
-			}
-			// Each call on a goroutine of its own, since storing its
-			// answer waits for the stream, as the fleet's worker does.
-			r.handlers.Go(func() {
-				if d := sleepOf(nats.Header(m.Headers())); d > 0 {
-					time.Sleep(d)
-				}
-				id := m.Headers().Get(nats.MsgIdHdr)
-				ctx, cancel := context.WithTimeout(context.Background(), rawAnswerWait)
-				defer cancel()
-				if _, err := sjs.PublishMsg(ctx, &nats.Msg{Subject: answerPrefix + id, Data: []byte(id), Header: nats.Header{nats.MsgIdHdr: []string{"answer:" + id}}}); err != nil {
-					return // not acked: redelivered, as a fleet call would be
-				}
-				_ = m.Ack()
-			})
-		}
-	}()
 	return r, nil
 }
 
 // close stops the responder and deletes the streams.
 func (r *rawStored) close() {
-	if r.it != nil {
-		r.it.Stop()
-		<-r.loopDone
-	}
+	r.loop.stop()
 	if r.answers != nil {
 		_ = r.answers.Unsubscribe()
 	}
