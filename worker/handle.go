@@ -264,7 +264,7 @@ func (c *running) finish(result windlass.ToolResult) {
 	if delay, ok := w.retryDelay(call, c.t, result); ok {
 		log.InfoContext(ctx, "worker: retryable failure; the call will be retried", "in", delay, "error", result.Content)
 		w.stats.retried.Add(1)
-		c.hb.announceBefore(windlass.Event{Kind: windlass.EventRetrying, Attempt: call.Attempt, Error: result.Error, RetryAt: time.Now().Add(delay)})
+		c.hb.attemptEvent(&windlass.Event{Kind: windlass.EventRetrying, Attempt: call.Attempt, Error: result.Error, RetryAt: time.Now().Add(delay)}, false)
 		c.hb.stop()
 		if err := msg.NakWithDelay(delay); err != nil {
 			log.WarnContext(ctx, "worker: handing the call back for a retry failed; it is redelivered after the ack wait", "error", err)

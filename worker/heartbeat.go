@@ -71,30 +71,27 @@ func (h *heartbeat) begin() {
 }
 
 // announceStarted publishes the attempt's started event, once, unless the
-// tool returned (the timer's call); see announceBefore.
-func (h *heartbeat) announceStarted() {
+// tool returned; the timer's call.
+func (h *heartbeat) announceStarted() { h.attemptEvent(nil, true) }
+
+// attemptEvent publishes the attempt's started event, if it has not gone
+// out, and then e (when not nil), so that no event of the attempt goes out
+// without its start before it; concurrent callers wait for the one
+// publishing. With whileRunning (progress, the timer) nothing goes out
+// once the tool has returned; a retrying event, published after the tool
+// returned, passes false.
+func (h *heartbeat) attemptEvent(e *windlass.Event, whileRunning bool) {
 	h.eventsMu.Lock()
 	defer h.eventsMu.Unlock()
-	if !h.over {
-		h.announceLocked()
+	if whileRunning && h.over {
+		return
 	}
-}
-
-// announceBefore publishes the attempt's started event, if it has not gone
-// out, and then e: an event of the attempt (retrying, after the tool
-// returned) never goes out without the attempt's start before it, and
-// concurrent callers wait for the one publishing started.
-func (h *heartbeat) announceBefore(e windlass.Event) {
-	h.eventsMu.Lock()
-	defer h.eventsMu.Unlock()
-	h.announceLocked()
-	h.w.publishEvent(h.call, e)
-}
-
-func (h *heartbeat) announceLocked() {
 	if !h.announced {
 		h.announced = true
 		h.w.publishEvent(h.call, windlass.Event{Kind: windlass.EventStarted, Attempt: h.call.Attempt, Time: h.startedAt})
+	}
+	if e != nil {
+		h.w.publishEvent(h.call, *e)
 	}
 }
 
@@ -129,7 +126,7 @@ func (h *heartbeat) tick(now time.Time, checks chan<- *heartbeat) {
 	}
 	if changed {
 		h.sent = p
-		h.progress(p)
+		h.attemptEvent(&windlass.Event{Kind: windlass.EventProgress, Attempt: h.call.Attempt, Progress: p}, true)
 	}
 	_ = h.msg.InProgress() // a publish: it does not wait for the server
 	h.lastAlive = now
@@ -140,18 +137,6 @@ func (h *heartbeat) tick(now time.Time, checks chan<- *heartbeat) {
 			h.checking.Store(false)
 		}
 	}
-}
-
-// progress publishes the tool's latest report, after the attempt's started
-// event, while the tool runs.
-func (h *heartbeat) progress(p *windlass.Progress) {
-	h.eventsMu.Lock()
-	defer h.eventsMu.Unlock()
-	if h.over {
-		return
-	}
-	h.announceLocked()
-	h.w.publishEvent(h.call, windlass.Event{Kind: windlass.EventProgress, Attempt: h.call.Attempt, Progress: p})
 }
 
 // checkCanceled asks the cancels stream whether the running call was
