@@ -187,7 +187,7 @@ func (w *Worker) process(ctx context.Context, msg jetstream.Msg, t *registered, 
 	var execCtx context.Context
 	execCtx, c.span = w.startExecute(c.callCtx, call)
 	started = true // from here on, finish settles the call, perhaps before InvokeAsync returns
-	windlass.InvokeAsync(windlass.ContextWithProgress(execCtx, hb.report), t.tool, call, c.finish)
+	windlass.InvokeAsync(windlass.ContextWithProgress(execCtx, hb.report), t.tool, call, c.settleSoon)
 }
 
 // running is a call process has taken: what settling it needs when its
@@ -225,6 +225,12 @@ func (c *running) end() {
 		c.hb.stop()
 	}
 	c.done()
+}
+
+// settleSoon hands the tool's result to finish on the worker's handlers,
+// off the tool's own goroutine (see handlers).
+func (c *running) settleSoon(result windlass.ToolResult) {
+	c.w.handlers.hereOrPool(func() { c.finish(result) })
 }
 
 // finish settles a call with its tool's result: stored, then acked; or

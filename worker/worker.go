@@ -176,9 +176,10 @@ type Worker struct {
 	order   []string
 	started bool
 
-	slots chan struct{} // process-wide concurrency
-	beats beats         // the running calls' heartbeats, one ticker for all
-	stats stats
+	slots    chan struct{} // process-wide concurrency
+	handlers *handlers     // takes calls in and settles them
+	beats    beats         // the running calls' heartbeats, one ticker for all
+	stats    stats
 
 	tracer  telemetry.Tracer
 	metrics *telemetry.WorkerMetrics // nil: metrics off
@@ -194,7 +195,8 @@ func New(cfg Config) (*Worker, error) {
 	}
 	cfg = cfg.withDefaults()
 	return &Worker{cfg: cfg, tools: map[string]*registered{}, slots: make(chan struct{}, cfg.MaxConcurrency), cancels: newCancellations(),
-		tracer: telemetry.NewTracer(cfg.TracerProvider), metrics: telemetry.NewWorkerMetrics(cfg.MeterProvider)}, nil
+		handlers: newHandlers(maxHandlers),
+		tracer:   telemetry.NewTracer(cfg.TracerProvider), metrics: telemetry.NewWorkerMetrics(cfg.MeterProvider)}, nil
 }
 
 // ID returns the worker's id.
@@ -329,6 +331,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		stopTools(errShutdown)
 		<-drained
 	}
+	w.handlers.stop()
 	if lease != nil {
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
@@ -418,8 +421,11 @@ func (w *Worker) pull(ctx, runCtx context.Context, cons jetstream.Consumer, t *r
 				}
 				// calls counts the handler's goroutine and, apart, the
 				// call until it is settled, which may be later.
-				calls.Add(1)
-				calls.Go(func() { w.handle(runCtx, msg, t, log, func() { release(); calls.Done() }) })
+				calls.Add(2)
+				w.handlers.goOrPool(func() {
+					defer calls.Done()
+					w.handle(runCtx, msg, t, log, func() { release(); calls.Done() })
+				})
 			}
 			err = batch.Error()
 		}
