@@ -22,6 +22,7 @@ import (
 type ArgumentsSchema struct {
 	tool   string
 	schema *jsonschema.Schema
+	quick  *quickSchema // nil: the schema uses keywords the quick check does not know
 }
 
 var englishPrinter = message.NewPrinter(language.English)
@@ -49,7 +50,11 @@ func CompileArguments(spec Spec) (*ArgumentsSchema, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: tool %q: parameters are not a valid JSON Schema: %w", ErrInvalidSpec, spec.Name, err)
 	}
-	return &ArgumentsSchema{tool: spec.Name, schema: s}, nil
+	quick, ok := compileQuick(doc)
+	if !ok {
+		quick = nil
+	}
+	return &ArgumentsSchema{tool: spec.Name, schema: s, quick: quick}, nil
 }
 
 // Validate checks raw arguments against the schema. Empty or null
@@ -73,6 +78,9 @@ func (a *ArgumentsSchema) Validate(args json.RawMessage) error {
 	if loc, n, ok := outOfRangeNumber(v, nil); ok {
 		return a.refuse(jsonPath(loc), "number", fmt.Sprintf(
 			"number %s is out of range: a number may have at most %d characters and an exponent from -%d to %d", abbreviate(string(n), 40), MaxNumberLength, MaxNumberExponent, MaxNumberExponent))
+	}
+	if a.quick != nil && a.quick.accepts(v) {
+		return nil // valid for sure; anything else, the library decides and words
 	}
 	err := a.schema.Validate(v)
 	if err == nil {

@@ -1,0 +1,340 @@
+package windlass
+
+import (
+	"encoding/json"
+	"strconv"
+	"unicode/utf8"
+)
+
+// quickSchema is a schema compiled for a quick check of arguments that
+// answers only "valid for sure". It knows a subset of JSON Schema (draft
+// 2020-12) — the keywords the schemas of [FuncTool] use and most tools
+// write by hand: type, properties, required, additionalProperties, items,
+// enum of strings, string and array lengths, and numeric bounds — and
+// answers false whenever it is not sure; [ArgumentsSchema.Validate] then
+// asks the JSON Schema library, which has the last word and words the
+// error. A schema with any other keyword gets no quick check at all.
+//
+// It exists for speed: the library allocates a dozen times and walks its
+// generic validator for every call, on the dispatcher and again on the
+// worker, though nearly every call is valid. FuzzQuickCheckAgrees checks
+// that it never accepts what the library refuses.
+type quickSchema struct {
+	always, never bool // the schemas true and false
+	types         quickTypes
+	props         map[string]*quickSchema
+	required      []string
+	additional    *quickSchema // nil: any value
+	enum          []string     // the allowed strings, when hasEnum
+	hasEnum       bool
+	minLen        int // in characters; -1: none
+	maxLen        int
+	minItems      int // -1: none
+	maxItems      int
+	items         *quickSchema // nil: any value
+	min, max      quickBound
+}
+
+// quickTypes is a set of JSON types; 0 means every type.
+type quickTypes uint8
+
+const (
+	qObject quickTypes = 1 << iota
+	qArray
+	qString
+	qNumber
+	qInteger
+	qBoolean
+	qNull
+)
+
+var quickTypeNames = map[string]quickTypes{
+	"object": qObject, "array": qArray, "string": qString, "number": qNumber,
+	"integer": qInteger, "boolean": qBoolean, "null": qNull,
+}
+
+// quickBound is an inclusive or exclusive numeric bound.
+type quickBound struct {
+	set, exclusive bool
+	v              float64
+}
+
+// quickAnnotations are keywords that never make a value invalid.
+var quickAnnotations = map[string]bool{
+	"title": true, "description": true, "default": true, "examples": true, "deprecated": true,
+	"readOnly": true, "writeOnly": true, "$comment": true,
+}
+
+// compileQuick compiles a decoded schema (numbers as json.Number) into a
+// quick check; ok is false when it uses anything the check does not know.
+func compileQuick(doc any) (q *quickSchema, ok bool) {
+	switch d := doc.(type) {
+	case bool:
+		return &quickSchema{always: d, never: !d}, true
+	case map[string]any:
+		q = &quickSchema{minLen: -1, maxLen: -1, minItems: -1, maxItems: -1}
+		for k, v := range d {
+			if quickAnnotations[k] {
+				continue
+			}
+			if !q.keyword(k, v) {
+				return nil, false
+			}
+		}
+		return q, true
+	}
+	return nil, false
+}
+
+// keyword compiles one keyword of a schema object.
+func (q *quickSchema) keyword(k string, v any) bool {
+	switch k {
+	case "type":
+		return q.compileTypes(v)
+	case "properties":
+		props, ok := v.(map[string]any)
+		if !ok {
+			return false
+		}
+		q.props = make(map[string]*quickSchema, len(props))
+		for name, sub := range props {
+			if q.props[name], ok = compileQuick(sub); !ok {
+				return false
+			}
+		}
+		return true
+	case "required":
+		list, ok := v.([]any)
+		if !ok {
+			return false
+		}
+		for _, r := range list {
+			name, ok := r.(string)
+			if !ok {
+				return false
+			}
+			q.required = append(q.required, name)
+		}
+		return true
+	case "additionalProperties":
+		var ok bool
+		q.additional, ok = compileQuick(v)
+		return ok
+	case "items":
+		var ok bool
+		q.items, ok = compileQuick(v)
+		return ok
+	case "enum":
+		list, ok := v.([]any)
+		if !ok {
+			return false
+		}
+		for _, e := range list {
+			s, ok := e.(string)
+			if !ok {
+				return false
+			}
+			q.enum = append(q.enum, s)
+		}
+		q.hasEnum = true
+		return true
+	case "minLength":
+		return quickCount(v, &q.minLen)
+	case "maxLength":
+		return quickCount(v, &q.maxLen)
+	case "minItems":
+		return quickCount(v, &q.minItems)
+	case "maxItems":
+		return quickCount(v, &q.maxItems)
+	case "minimum":
+		return quickBoundOf(v, &q.min, false)
+	case "exclusiveMinimum":
+		return quickBoundOf(v, &q.min, true)
+	case "maximum":
+		return quickBoundOf(v, &q.max, false)
+	case "exclusiveMaximum":
+		return quickBoundOf(v, &q.max, true)
+	}
+	return false
+}
+
+func (q *quickSchema) compileTypes(v any) bool {
+	names, ok := v.([]any)
+	if s, isString := v.(string); isString {
+		names, ok = []any{s}, true
+	}
+	if !ok || len(names) == 0 {
+		return false
+	}
+	for _, n := range names {
+		s, _ := n.(string)
+		t, known := quickTypeNames[s]
+		if !known {
+			return false
+		}
+		q.types |= t
+	}
+	return true
+}
+
+// quickCount reads a non-negative integer keyword.
+func quickCount(v any, dst *int) bool {
+	n, ok := v.(json.Number)
+	if !ok || !integerLiteral(string(n)) {
+		return false
+	}
+	i, err := strconv.Atoi(string(n))
+	if err != nil || i < 0 {
+		return false
+	}
+	*dst = i
+	return true
+}
+
+// quickBoundOf reads a numeric bound. One bound of each side only: a schema
+// with both minimum and exclusiveMinimum gets no quick check.
+func quickBoundOf(v any, dst *quickBound, exclusive bool) bool {
+	n, ok := v.(json.Number)
+	if !ok || dst.set {
+		return false
+	}
+	f, ok := exactFloat(n)
+	if !ok {
+		return false
+	}
+	*dst = quickBound{set: true, exclusive: exclusive, v: f}
+	return true
+}
+
+// exactFloat converts a JSON number to a float64 when comparing floats
+// orders it exactly as the decimal value: at most 15 significant digits
+// (so two different such decimals never round to one float64, and
+// rounding keeps their order) and a finite, normal result.
+func exactFloat(n json.Number) (float64, bool) {
+	digits, leading := 0, true
+	for i := 0; i < len(n); i++ {
+		c := n[i]
+		if c == 'e' || c == 'E' {
+			break
+		}
+		if c < '0' || c > '9' || (leading && c == '0') {
+			continue
+		}
+		leading = false
+		digits++
+	}
+	if digits > 15 {
+		return 0, false
+	}
+	f, err := strconv.ParseFloat(string(n), 64)
+	if err != nil || (f != 0 && (f < 1e-300 && f > -1e-300)) {
+		return 0, false
+	}
+	return f, true
+}
+
+// integerLiteral reports whether a JSON number is written as an integer
+// (no fraction, no exponent).
+func integerLiteral(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && !(i == 0 && c == '-') {
+			return false
+		}
+	}
+	return len(s) > 0
+}
+
+// accepts reports whether v (decoded as [decodeArguments] does) is valid
+// for sure; false means "ask the library".
+func (q *quickSchema) accepts(v any) bool {
+	switch {
+	case q.always:
+		return true
+	case q.never:
+		return false
+	}
+	switch x := v.(type) {
+	case map[string]any:
+		if !q.allows(qObject) {
+			return false
+		}
+		for _, name := range q.required {
+			if _, ok := x[name]; !ok {
+				return false
+			}
+		}
+		for k, val := range x {
+			if p, ok := q.props[k]; ok {
+				if !p.accepts(val) {
+					return false
+				}
+			} else if q.additional != nil && !q.additional.accepts(val) {
+				return false
+			}
+		}
+		return !q.hasEnum
+	case []any:
+		if !q.allows(qArray) || (q.minItems >= 0 && len(x) < q.minItems) || (q.maxItems >= 0 && len(x) > q.maxItems) {
+			return false
+		}
+		if q.items != nil {
+			for _, e := range x {
+				if !q.items.accepts(e) {
+					return false
+				}
+			}
+		}
+		return !q.hasEnum
+	case string:
+		if !q.allows(qString) {
+			return false
+		}
+		if q.minLen >= 0 || q.maxLen >= 0 {
+			n := utf8.RuneCountInString(x)
+			if (q.minLen >= 0 && n < q.minLen) || (q.maxLen >= 0 && n > q.maxLen) {
+				return false
+			}
+		}
+		if q.hasEnum {
+			for _, e := range q.enum {
+				if e == x {
+					return true
+				}
+			}
+			return false
+		}
+		return true
+	case json.Number:
+		return !q.hasEnum && q.acceptsNumber(x)
+	case bool:
+		return !q.hasEnum && q.allows(qBoolean)
+	case nil:
+		return !q.hasEnum && q.allows(qNull)
+	}
+	return false
+}
+
+func (q *quickSchema) allows(t quickTypes) bool { return q.types == 0 || q.types&t != 0 }
+
+func (q *quickSchema) acceptsNumber(n json.Number) bool {
+	switch {
+	case q.types == 0 || q.types&qNumber != 0:
+	case q.types&qInteger != 0 && integerLiteral(string(n)):
+	default:
+		return false // not a number it may take, or an integer written as 1.0 or 1e2: the library decides
+	}
+	if !q.min.set && !q.max.set {
+		return true
+	}
+	f, ok := exactFloat(n)
+	if !ok {
+		return false
+	}
+	if q.min.set && (f < q.min.v || (q.min.exclusive && f == q.min.v)) {
+		return false
+	}
+	if q.max.set && (f > q.max.v || (q.max.exclusive && f == q.max.v)) {
+		return false
+	}
+	return true
+}
