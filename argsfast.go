@@ -104,18 +104,9 @@ func (q *quickSchema) keyword(k string, v any) bool {
 		}
 		return true
 	case "required":
-		list, ok := v.([]any)
-		if !ok {
-			return false
-		}
-		for _, r := range list {
-			name, ok := r.(string)
-			if !ok {
-				return false
-			}
-			q.required = append(q.required, name)
-		}
-		return true
+		var ok bool
+		q.required, ok = quickStrings(v)
+		return ok
 	case "additionalProperties":
 		var ok bool
 		q.additional, ok = compileQuick(v)
@@ -125,19 +116,10 @@ func (q *quickSchema) keyword(k string, v any) bool {
 		q.items, ok = compileQuick(v)
 		return ok
 	case "enum":
-		list, ok := v.([]any)
-		if !ok {
-			return false
-		}
-		for _, e := range list {
-			s, ok := e.(string)
-			if !ok {
-				return false
-			}
-			q.enum = append(q.enum, s)
-		}
+		var ok bool
+		q.enum, ok = quickStrings(v)
 		q.hasEnum = true
-		return true
+		return ok
 	case "minLength":
 		return quickCount(v, &q.minLen)
 	case "maxLength":
@@ -156,6 +138,23 @@ func (q *quickSchema) keyword(k string, v any) bool {
 		return quickBoundOf(v, &q.max, true)
 	}
 	return false
+}
+
+// quickStrings reads a keyword's list of strings.
+func quickStrings(v any) ([]string, bool) {
+	list, ok := v.([]any)
+	if !ok {
+		return nil, false
+	}
+	out := make([]string, 0, len(list))
+	for _, e := range list {
+		s, ok := e.(string)
+		if !ok {
+			return nil, false
+		}
+		out = append(out, s)
+	}
+	return out, true
 }
 
 func (q *quickSchema) compileTypes(v any) bool {
