@@ -97,8 +97,21 @@ func ErrorResult(call ToolCall, code ErrorCode, message string) ToolResult {
 }
 
 // NewCallID returns a new random call id: "call_" and 26 base32 characters
-// (130 bits from crypto/rand).
-func NewCallID() string { return "call_" + rand.Text() }
+// (130 bits from crypto/rand), the form of [rand.Text].
+func NewCallID() string {
+	const prefix = "call_"
+	var id [len(prefix) + 26]byte // on the stack: one allocation, the string
+	copy(id[:], prefix)
+	random := id[len(prefix):]
+	_, _ = rand.Read(random) // never fails (crypto/rand's contract)
+	for i, b := range random {
+		random[i] = base32Alphabet[b&31]
+	}
+	return string(id[:])
+}
+
+// base32Alphabet is RFC 4648's, as [rand.Text] uses.
+const base32Alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
 
 // ValidateCallID checks a call id: 1 to [MaxCallIDLength] printable ASCII
 // characters without spaces, quotes or backslashes. Model providers' own

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io/fs"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -307,6 +308,21 @@ func TestToolCallValidate(t *testing.T) {
 	}
 	if a, b := windlass.NewCallID(), windlass.NewCallID(); a == b || windlass.ValidateCallID(a) != nil {
 		t.Errorf("NewCallID gave %q and %q", a, b)
+	}
+	// "call_" and 26 base32 characters, each of the 32 turning up.
+	form := regexp.MustCompile(`^call_[A-Z2-7]{26}$`)
+	seen := map[rune]bool{}
+	for range 200 {
+		id := windlass.NewCallID()
+		if !form.MatchString(id) {
+			t.Fatalf("NewCallID = %q, want the form %s", id, form)
+		}
+		for _, c := range id[len("call_"):] {
+			seen[c] = true
+		}
+	}
+	if len(seen) != 32 {
+		t.Errorf("200 call ids used %d of the 32 base32 characters", len(seen))
 	}
 }
 

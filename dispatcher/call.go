@@ -50,12 +50,14 @@ func WithSpecHash(h string) CallOption { return func(o *callOptions) { o.specHas
 // one started before the deadline will run it.
 func AllowNoWorker() CallOption { return func(o *callOptions) { o.allowNoWorker = true } }
 
-// prepared is a call checked and encoded, ready to publish.
+// prepared is a call checked and encoded, ready to publish. One
+// allocation holds it all, the options and the message included.
 type prepared struct {
 	call    windlass.ToolCall
 	subject string
-	msg     *nats.Msg
-	ownID   bool // the caller chose the id: a resubmit must be recognised
+	msg     nats.Msg
+	ownID   bool        // the caller chose the id: a resubmit must be recognised
+	opts    callOptions // as the caller set them
 }
 
 // prepare checks a call against the view and encodes it. A refusal is a
@@ -64,9 +66,10 @@ func (d *Dispatcher) prepare(ctx context.Context, name string, args any, opts []
 	if d.closed.Load() {
 		return nil, ErrClosed
 	}
-	var o callOptions
+	p := new(prepared)
+	o := &p.opts
 	for _, opt := range opts {
-		opt(&o)
+		opt(o)
 	}
 	if err := windlass.ValidateName(name); err != nil {
 		return nil, &windlass.CallError{Code: windlass.CodeInvalidCall, Message: fmt.Sprintf("Tool name: %v", err)}
@@ -98,22 +101,19 @@ func (d *Dispatcher) prepare(ctx context.Context, name string, args any, opts []
 	}
 	call.Arguments = raw
 	call.SpecHash = cmp.Or(o.specHash, info.Hash)
-	call.Deadline = d.deadline(ctx, o, info.Spec)
+	call.Deadline = d.deadline(ctx, *o, info.Spec)
 
 	data, err := encodeCall(call)
 	if err != nil {
 		return nil, &windlass.CallError{Code: windlass.CodeInvalidArguments, Message: fmt.Sprintf("encode call: %v", err)}
 	}
-	subject := layout.CallSubject(name)
-	if info.Spec.RequiresApproval {
-		subject = layout.ApprovalSubject(name)
-	}
-	msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{
+	subject := d.subject(name, info.Spec.RequiresApproval)
+	p.msg = nats.Msg{Subject: subject, Data: data, Header: nats.Header{
 		nats.MsgIdHdr:         []string{call.ID},
 		layout.HeaderOrigin:   d.originHeader, // shared, never modified
 		layout.HeaderProtocol: protocolHeader,
 	}}
-	size := len(data) + headerSize(msg.Header)
+	size := len(data) + headerSize(p.msg.Header)
 	if d.tracer.Enabled() {
 		size += traceHeaderReserve // traceparent, injected by publish
 	}
@@ -121,7 +121,8 @@ func (d *Dispatcher) prepare(ctx context.Context, name string, args any, opts []
 		return nil, &windlass.CallError{Code: windlass.CodePayloadTooLarge, Message: fmt.Sprintf(
 			"The call to %q is %d bytes encoded, over the NATS server's max payload of %d bytes; send large inputs by reference.", name, size, max)}
 	}
-	return &prepared{call: call, subject: subject, msg: msg, ownID: o.id != ""}, nil
+	p.call, p.subject, p.ownID = call, subject, o.id != ""
+	return p, nil
 }
 
 var protocolVersion = fmt.Sprint(windlass.ProtocolVersion)
@@ -138,6 +139,24 @@ func headerSize(h nats.Header) int {
 		}
 	}
 	return n
+}
+
+// subject returns the subject a tool's calls are published on (its
+// approvals subject for a gated tool), built once per tool and kind.
+func (d *Dispatcher) subject(tool string, gated bool) string {
+	subjects := &d.callSubjects
+	if gated {
+		subjects = &d.approvalSubjects
+	}
+	if s, ok := subjects.Load(tool); ok {
+		return s.(string)
+	}
+	s := layout.CallSubject(tool)
+	if gated {
+		s = layout.ApprovalSubject(tool)
+	}
+	subjects.Store(tool, s)
+	return s
 }
 
 // deadline picks the call's absolute deadline.
@@ -196,7 +215,7 @@ func (d *Dispatcher) publish(ctx context.Context, p *prepared) (duplicate bool, 
 		defer cancel()
 	}
 	queuedAt := time.Now() // before any worker can take the call
-	ack, retried, err := d.publishDurably(pubCtx, p.msg)
+	ack, retried, err := d.publishDurably(pubCtx, &p.msg)
 	if err != nil {
 		return false, &windlass.CallError{Code: windlass.CodeUnavailable, Message: fmt.Sprintf("The fleet could not accept the call: %v", err)}
 	}

@@ -94,6 +94,8 @@ type Dispatcher struct {
 	pending sync.Map // call id -> chan windlass.ToolResult (buffered 1)
 	schemas sync.Map // spec hash -> *windlass.ArgumentsSchema
 
+	callSubjects, approvalSubjects sync.Map // tool name -> its calls' subject
+
 	unclaimed atomic.Int64
 	closed    atomic.Bool
 	done      chan struct{} // closed by Close; waiting calls return ErrClosed
