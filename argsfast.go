@@ -1,6 +1,7 @@
 package windlass
 
 import (
+	"bytes"
 	"encoding/json"
 	"strconv"
 	"unicode/utf8"
@@ -285,30 +286,35 @@ func (q *quickSchema) accepts(v any) bool {
 		}
 		return !q.hasEnum
 	case string:
-		if !q.allows(qString) {
-			return false
-		}
-		if q.minLen >= 0 || q.maxLen >= 0 {
-			n := utf8.RuneCountInString(x)
-			if (q.minLen >= 0 && n < q.minLen) || (q.maxLen >= 0 && n > q.maxLen) {
-				return false
-			}
-		}
-		if q.hasEnum {
-			for _, e := range q.enum {
-				if e == x {
-					return true
-				}
-			}
-			return false
-		}
-		return true
+		return q.acceptsString(x)
 	case json.Number:
 		return !q.hasEnum && q.acceptsNumber(x)
 	case bool:
 		return !q.hasEnum && q.allows(qBoolean)
 	case nil:
 		return !q.hasEnum && q.allows(qNull)
+	}
+	return false
+}
+
+// acceptsString checks a string.
+func (q *quickSchema) acceptsString(x string) bool {
+	if !q.allows(qString) {
+		return false
+	}
+	if q.minLen >= 0 || q.maxLen >= 0 {
+		n := utf8.RuneCountInString(x)
+		if (q.minLen >= 0 && n < q.minLen) || (q.maxLen >= 0 && n > q.maxLen) {
+			return false
+		}
+	}
+	if !q.hasEnum {
+		return true
+	}
+	for _, e := range q.enum {
+		if e == x {
+			return true
+		}
 	}
 	return false
 }
@@ -336,4 +342,190 @@ func (q *quickSchema) acceptsNumber(n json.Number) bool {
 		return false
 	}
 	return true
+}
+
+// acceptsJSON is accepts straight from the arguments' JSON, with no
+// decoded value built: true only for a valid JSON object, within the
+// number bounds Validate enforces, that the schema accepts for sure. A
+// string with escapes, a duplicate of a required key, nesting past
+// maxFastDepth and anything accepts would not know give false, and
+// Validate takes the decoding path.
+func (q *quickSchema) acceptsJSON(data []byte) bool {
+	s := quickScanner{fastDecoder{data: data}}
+	s.space()
+	if s.i >= len(data) || data[s.i] != '{' {
+		return false
+	}
+	if !s.value(q, 0) {
+		return false
+	}
+	s.space()
+	return s.i == len(data)
+}
+
+// quickScanner walks JSON for acceptsJSON, with the fast decoder's
+// reading of space and literals but building nothing.
+type quickScanner struct{ fastDecoder }
+
+// value checks the value at s.i against q (nil: any value) and moves past
+// it.
+func (s *quickScanner) value(q *quickSchema, depth int) bool {
+	if s.i >= len(s.data) || depth > maxFastDepth {
+		return false
+	}
+	if q != nil {
+		switch {
+		case q.never:
+			return false
+		case q.always:
+			q = nil
+		}
+	}
+	switch c := s.data[s.i]; {
+	case c == '{':
+		return s.object(q, depth)
+	case c == '[':
+		return s.array(q, depth)
+	case c == '"':
+		str, ok := s.plainString()
+		return ok && (q == nil || q.acceptsString(aliasString(str))) // not kept
+	case c == '-' || (c >= '0' && c <= '9'):
+		end, ok := numberEnd(s.data, s.i)
+		if !ok {
+			return false
+		}
+		lit := s.data[s.i:end]
+		s.i = end
+		return numberInRange(string(lit)) && (q == nil || (!q.hasEnum && q.acceptsNumber(json.Number(lit))))
+	case c == 't':
+		return s.literal("true") && (q == nil || (!q.hasEnum && q.allows(qBoolean)))
+	case c == 'f':
+		return s.literal("false") && (q == nil || (!q.hasEnum && q.allows(qBoolean)))
+	case c == 'n':
+		return s.literal("null") && (q == nil || (!q.hasEnum && q.allows(qNull)))
+	}
+	return false
+}
+
+// plainString reads a string without escapes (false for one with them) and
+// returns its bytes; a string that is not valid UTF-8 gives false too.
+func (s *quickScanner) plainString() ([]byte, bool) {
+	j := bytes.IndexByte(s.data[s.i+1:], '"')
+	if j < 0 {
+		return nil, false
+	}
+	span := s.data[s.i+1 : s.i+1+j]
+	if bytes.IndexByte(span, '\\') >= 0 {
+		return nil, false
+	}
+	if !printableASCII(span) {
+		for _, c := range span {
+			if c < 0x20 {
+				return nil, false
+			}
+		}
+		if !utf8.Valid(span) {
+			return nil, false
+		}
+	}
+	s.i += j + 2
+	return span, true
+}
+
+func (s *quickScanner) object(q *quickSchema, depth int) bool {
+	if q != nil && (q.hasEnum || !q.allows(qObject) || len(q.required) > 64) {
+		return false
+	}
+	var seen uint64 // the required keys met, by index
+	s.i++           // {
+	s.space()
+	if s.i < len(s.data) && s.data[s.i] == '}' {
+		s.i++
+		return q == nil || len(q.required) == 0
+	}
+	for {
+		if s.i >= len(s.data) || s.data[s.i] != '"' {
+			return false
+		}
+		key, ok := s.plainString()
+		if !ok {
+			return false
+		}
+		s.space()
+		if s.i >= len(s.data) || s.data[s.i] != ':' {
+			return false
+		}
+		s.i++
+		s.space()
+		var sub *quickSchema
+		if q != nil {
+			if p, ok := q.props[string(key)]; ok {
+				sub = p
+			} else {
+				sub = q.additional
+			}
+			for n, name := range q.required {
+				if name == string(key) {
+					if seen&(1<<n) != 0 {
+						return false // a duplicate: the decoder keeps the last, let it decide
+					}
+					seen |= 1 << n
+				}
+			}
+		}
+		if !s.value(sub, depth+1) {
+			return false
+		}
+		s.space()
+		if s.i >= len(s.data) {
+			return false
+		}
+		switch s.data[s.i] {
+		case ',':
+			s.i++
+			s.space()
+		case '}':
+			s.i++
+			return q == nil || seen == 1<<len(q.required)-1
+		default:
+			return false
+		}
+	}
+}
+
+func (s *quickScanner) array(q *quickSchema, depth int) bool {
+	if q != nil && (q.hasEnum || !q.allows(qArray)) {
+		return false
+	}
+	var items *quickSchema
+	if q != nil {
+		items = q.items
+	}
+	n := 0
+	s.i++ // [
+	s.space()
+	if s.i < len(s.data) && s.data[s.i] == ']' {
+		s.i++
+	} else {
+		for {
+			if !s.value(items, depth+1) {
+				return false
+			}
+			n++
+			s.space()
+			if s.i >= len(s.data) {
+				return false
+			}
+			if s.data[s.i] == ']' {
+				s.i++
+				break
+			}
+			if s.data[s.i] != ',' {
+				return false
+			}
+			s.i++
+			s.space()
+		}
+	}
+	return q == nil || ((q.minItems < 0 || n >= q.minItems) && (q.maxItems < 0 || n <= q.maxItems))
 }

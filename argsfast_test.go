@@ -77,14 +77,20 @@ func FuzzQuickCheckAgrees(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		v, ok := decodeArguments(data)
-		if !ok {
-			return
-		}
-		if _, _, out := outOfRangeNumber(v, nil); out {
-			return // Validate refuses these before either check
+		out := false
+		if ok {
+			_, _, out = outOfRangeNumber(v, nil)
 		}
 		for _, p := range pairs {
-			if p.quick.accepts(v) {
+			if p.quick.acceptsJSON(data) {
+				if _, object := v.(map[string]any); !ok || !object || !json.Valid(data) || out {
+					t.Fatalf("quick check accepted %s, which Validate refuses before any schema (decoded %v, object %v, a number out of range %v)", data, ok, object, out)
+				}
+				if err := p.lib.Validate(v); err != nil {
+					t.Fatalf("quick check of the JSON accepted %s for schema %s; the library says %v", data, p.schema, err)
+				}
+			}
+			if ok && !out && p.quick.accepts(v) {
 				if err := p.lib.Validate(v); err != nil {
 					t.Fatalf("quick check accepted %s for schema %s; the library says %v", data, p.schema, err)
 				}
@@ -124,6 +130,28 @@ func TestQuickCheckAnswers(t *testing.T) {
 		}
 		if got := q.accepts(v); got != c.want {
 			t.Errorf("quick check of %s = %v, want %v", c.args, got, c.want)
+		}
+		if got := q.acceptsJSON([]byte(c.args)); got != c.want {
+			t.Errorf("quick check of the JSON %s = %v, want %v", c.args, got, c.want)
+		}
+	}
+	// What only the JSON check sees.
+	for args, want := range map[string]bool{
+		" {\n\t\"a\" : 1 , \"b\":\"xy\" } ": true,
+		`{"a":1,"b":"x\u0079"}`:             false, // an escape: the decoding path decides
+		`{"a":1} x`:                         false, // trailing bytes
+		`{"a":1,"a":2}`:                     false, // a required key twice: the decoder keeps the last
+		`{"a":1,"h":{"k":"v","k":"w"}}`:     true,  // other duplicates are checked each time
+		`{"a":01}`:                          false, // not JSON
+		`{"a":1,"b":"x` + "\x01" + `y"}`:    false, // a control character
+		`{"a":1,"b":"\xff\xfe"}`:            false, // not UTF-8
+		`{"a":1e401}`:                       false, // out of Validate's number range
+		`{"a":1,"f":[1,{"x":null},true]}`:   true,
+		`{"a":1,"f":[1,}`:                   false,
+		`[]`:                                false,
+	} {
+		if got := q.acceptsJSON([]byte(args)); got != want {
+			t.Errorf("quick check of the JSON %q = %v, want %v", args, got, want)
 		}
 	}
 }

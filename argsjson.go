@@ -208,42 +208,53 @@ func aliasString(b []byte) string {
 	return unsafe.String(&b[0], len(b))
 }
 
-// number reads a JSON number: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
+// number reads a JSON number.
 func (d *fastDecoder) number() (any, bool) {
+	end, ok := numberEnd(d.data, d.i)
+	if !ok {
+		return nil, false
+	}
 	start := d.i
-	if d.data[d.i] == '-' {
-		d.i++
+	d.i = end
+	return json.Number(d.data[start:end]), true
+}
+
+// numberEnd reads the JSON number at data[i:],
+// -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?, and returns where it ends.
+func numberEnd(data []byte, i int) (end int, ok bool) {
+	if i < len(data) && data[i] == '-' {
+		i++
 	}
 	digits := func() int {
 		n := 0
-		for d.i < len(d.data) && d.data[d.i] >= '0' && d.data[d.i] <= '9' {
-			d.i++
+		for i < len(data) && data[i] >= '0' && data[i] <= '9' {
+			i++
 			n++
 		}
 		return n
 	}
 	switch {
-	case d.i < len(d.data) && d.data[d.i] == '0':
-		d.i++
+	case i < len(data) && data[i] == '0':
+		i++
 	case digits() == 0:
-		return nil, false
+		return i, false
 	}
-	if d.i < len(d.data) && d.data[d.i] == '.' {
-		d.i++
+	if i < len(data) && data[i] == '.' {
+		i++
 		if digits() == 0 {
-			return nil, false
+			return i, false
 		}
 	}
-	if d.i < len(d.data) && (d.data[d.i] == 'e' || d.data[d.i] == 'E') {
-		d.i++
-		if d.i < len(d.data) && (d.data[d.i] == '+' || d.data[d.i] == '-') {
-			d.i++
+	if i < len(data) && (data[i] == 'e' || data[i] == 'E') {
+		i++
+		if i < len(data) && (data[i] == '+' || data[i] == '-') {
+			i++
 		}
 		if digits() == 0 {
-			return nil, false
+			return i, false
 		}
 	}
-	return json.Number(d.data[start:d.i]), true
+	return i, true
 }
 
 // printableASCII reports whether b holds only bytes from 0x20 to 0x7f,
