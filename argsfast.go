@@ -209,7 +209,8 @@ func quickBoundOf(v any, dst *quickBound, exclusive bool) bool {
 // exactFloat converts a JSON number to a float64 when comparing floats
 // orders it exactly as the decimal value: at most 15 significant digits
 // (so two different such decimals never round to one float64, and
-// rounding keeps their order) and a finite, normal result.
+// rounding keeps their order) and a finite, normal result, zero only for
+// a zero.
 func exactFloat(n json.Number) (float64, bool) {
 	digits, leading := 0, true
 	for i := 0; i < len(n); i++ {
@@ -227,7 +228,12 @@ func exactFloat(n json.Number) (float64, bool) {
 		return 0, false
 	}
 	f, err := strconv.ParseFloat(string(n), 64)
-	if err != nil || (f != 0 && (f < 1e-300 && f > -1e-300)) {
+	switch {
+	case err != nil: // out of range
+		return 0, false
+	case (f == 0) != (digits == 0): // 1e-400 rounds to 0 without an error
+		return 0, false
+	case f != 0 && f < 1e-300 && f > -1e-300: // near or below the subnormals
 		return 0, false
 	}
 	return f, true

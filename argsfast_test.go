@@ -26,6 +26,7 @@ var quickSchemas = []string{
 	`{"additionalProperties":false,"properties":{"data":{"description":"Payload; ignored","type":"string"},"ms":{"description":"How long to sleep in milliseconds","maximum":3600000,"minimum":0,"type":"number"}},"required":["ms"],"type":"object"}`,
 	`{"type":"object"}`,
 	`{"type":"object","properties":{"n":{"type":["integer","string"],"maximum":0}},"additionalProperties":{"type":"array","items":{"type":"null"}}}`,
+	`{"type":"object","properties":{"z":{"type":"number","minimum":0,"maximum":0},"p":{"type":"number","exclusiveMinimum":0},"t":{"type":"number","maximum":1e-300}}}`,
 }
 
 func compileBoth(t testing.TB, schema string) (*jsonschema.Schema, *quickSchema) {
@@ -62,6 +63,8 @@ func FuzzQuickCheckAgrees(f *testing.F) {
 		`{"a":0,"i":0.30000000000001}`, `{"a":0,"i":0.300000000000010000001}`, `{"ms":100,"data":"x"}`,
 		`{"ms":3600000.0000000001}`, `{"ms":-0}`, `{"ms":1e400}`, `{"n":0}`, `{"n":"s"}`, `{"n":1}`, `{"x":[null]}`,
 		`{"x":[0]}`, `{"a":0,"a":"dup"}`, `{}`, `[]`, `null`, `"s"`,
+		`{"z":1e-400}`, `{"z":-1e-330}`, `{"z":4.9e-324}`, `{"z":0e-400}`, `{"z":-0.0e5}`, `{"p":1e-400}`, `{"p":1e-320}`,
+		`{"t":1e-300}`, `{"t":1.0000000000001e-300}`, `{"t":2e-301}`,
 	} {
 		f.Add([]byte(seed))
 	}
@@ -149,6 +152,8 @@ func TestQuickCheckAnswers(t *testing.T) {
 		`{"a":1,"f":[1,{"x":null},true]}`:   true,
 		`{"a":1,"f":[1,}`:                   false,
 		`[]`:                                false,
+		`{"a":1,"i":1e-400}`:                false, // rounds to 0, inside i's bounds, yet only the library compares it
+		`{"a":1,"d":[1e-400]}`:              false, // rounds to 0, under d's exclusive minimum 0.1
 	} {
 		if got := q.acceptsJSON([]byte(args)); got != want {
 			t.Errorf("quick check of the JSON %q = %v, want %v", args, got, want)

@@ -24,6 +24,7 @@ type handlers struct {
 	mu      sync.Mutex
 	idle    []chan func() // the idle goroutines' inboxes, most recently idle last
 	started int
+	stopped bool // by stop: give refuses, and the step runs outside the pool
 }
 
 // maxHandlers bounds a worker's pool: enough for the calls being settled
@@ -40,6 +41,10 @@ func newHandlers(max int) *handlers {
 // is not full, and reports whether it did.
 func (h *handlers) give(f func()) bool {
 	h.mu.Lock()
+	if h.stopped {
+		h.mu.Unlock()
+		return false
+	}
 	if n := len(h.idle); n > 0 {
 		inbox := h.idle[n-1]
 		h.idle = h.idle[:n-1]
@@ -92,9 +97,13 @@ func (h *handlers) loop(f func()) {
 	}
 }
 
-// stop ends the pool's goroutines once they are idle. No step may be given
-// to the pool after stop: the worker stops it once every call is settled.
+// stop ends the pool's goroutines once they are idle. The worker stops it
+// once every call is settled; a step given later all the same runs outside
+// the pool (see goOrPool and hereOrPool) rather than being lost.
 func (h *handlers) stop() {
+	h.mu.Lock()
+	h.stopped, h.idle = true, nil
+	h.mu.Unlock()
 	close(h.quit)
 	h.wg.Wait()
 }

@@ -85,6 +85,25 @@ func TestHandlersStopRunsWhatWasGiven(t *testing.T) {
 	}
 }
 
+// TestHandlersAfterStop: a step given after stop is not lost; it runs
+// outside the pool.
+func TestHandlersAfterStop(t *testing.T) {
+	h := newHandlers(2)
+	done := make(chan struct{})
+	h.give(func() { close(done) })
+	<-done
+	waitIdle(t, h, 1)
+	h.stop()
+	if h.give(func() {}) {
+		t.Fatal("give took a step after stop")
+	}
+	ran := false
+	h.hereOrPool(func() { ran = true })
+	if !ran {
+		t.Error("a step given after stop did not run")
+	}
+}
+
 // waitIdle waits until n pooled goroutines are idle.
 func waitIdle(t *testing.T, h *handlers, n int) {
 	t.Helper()
