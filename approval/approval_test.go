@@ -255,6 +255,30 @@ func TestRejectAnswersTheCaller(t *testing.T) {
 	}
 }
 
+// TestUndecodableHeldCall: a held call whose stored call no longer
+// decodes (a record damaged in Redis) is still listed (listing decodes no
+// call), and approving it releases nothing.
+func TestUndecodableHeldCall(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, nil)
+	id := f.submit(payArgs{To: "bob", Amount: 2})
+	h := f.held(id)
+	if err := f.cfg.Redis.HSet(t.Context(), approval.DefaultPrefix+"call:"+id, "call", "{not json").Err(); err != nil {
+		t.Fatal(err)
+	}
+	code, body := f.do("GET", "/v1/approvals?status=pending", "alice", nil)
+	items, _ := body["items"].([]any)
+	if code != http.StatusOK || len(items) != 1 || items[0].(map[string]any)["id"] != id {
+		t.Fatalf("list with a damaged record = %d %v", code, body)
+	}
+	if code, body := f.do("POST", "/v1/approvals/"+id+"/approve", "alice", map[string]any{"args_hash": h.ArgsHash}); code == http.StatusOK && body["released"] == true {
+		t.Fatalf("approving a damaged record released it: %d %v", code, body)
+	}
+	if f.runs.Load() != 0 {
+		t.Fatalf("the damaged call ran %d times", f.runs.Load())
+	}
+}
+
 func TestExpiry(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, map[string]approval.ToolPolicy{"pay": {Window: 300 * time.Millisecond}})

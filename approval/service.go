@@ -257,7 +257,7 @@ func (s *Service) intake(ctx context.Context, msg jetstream.Msg) {
 	if err != nil {
 		log.Warn("approval: malformed gated call; terminating it", "subject", msg.Subject(), "error", err)
 		if windlass.ValidateCallID(call.ID) == nil {
-			s.answer(ctx, &HeldCall{ID: call.ID, Tool: call.Name, call: call, origin: msg.Headers().Get(layout.HeaderOrigin)},
+			s.answer(ctx, &HeldCall{ID: call.ID, Tool: call.Name, call: &call, origin: msg.Headers().Get(layout.HeaderOrigin)},
 				windlass.CodeInvalidCall, fmt.Sprintf("The call message is malformed: %v", err))
 		}
 		_ = msg.Term()
@@ -280,7 +280,7 @@ func (s *Service) intake(ctx context.Context, msg jetstream.Msg) {
 	}
 	h := &HeldCall{ID: call.ID, Tool: call.Name, Arguments: args, ArgsHash: argsHash, SpecHash: call.SpecHash,
 		Requester: call.Metadata["requester"], Metadata: call.Metadata, RequestedAt: now, ExpiresAt: expires,
-		Status: StatusPending, RequiredApprovals: p.RequiredApprovals, call: call,
+		Status: StatusPending, RequiredApprovals: p.RequiredApprovals, call: &call,
 		origin: msg.Headers().Get(layout.HeaderOrigin), forbidSelf: p.ForbidSelfApproval,
 		traceparent: msg.Headers().Get(layout.HeaderTraceparent)}
 	if strings.ContainsRune(h.Requester, ',') {
@@ -341,7 +341,8 @@ func (s *Service) answerExpired(ctx context.Context, ids []string) {
 
 // answer publishes an error result to the call's caller.
 func (s *Service) answer(ctx context.Context, h *HeldCall, code windlass.ErrorCode, text string) {
-	r := windlass.ErrorResult(h.call, code, text)
+	call, _ := h.toolCall() // undecodable: its id and tool still answer it
+	r := windlass.ErrorResult(call, code, text)
 	data, _ := json.Marshal(r)
 	origin := h.origin
 	if windlass.ValidateName(origin) != nil {
@@ -361,7 +362,10 @@ func (s *Service) release(ctx context.Context, h *HeldCall) error {
 	if info, err := s.cfg.Registry.Lookup(ctx, h.Tool); err == nil {
 		timeout = info.Spec.Timeout
 	}
-	call := h.call
+	call, err := h.toolCall()
+	if err != nil {
+		return err
+	}
 	call.Attempt = 0
 	if h.ApprovedArguments != nil {
 		call.Arguments = h.ApprovedArguments
@@ -372,8 +376,8 @@ func (s *Service) release(ctx context.Context, h *HeldCall) error {
 	// the result (the dispatcher's default deadline for a gated call leaves
 	// room for the approval window and then this).
 	deadline := time.Now().Add(timeout + s.cfg.QueueAllowance)
-	if !h.call.Deadline.IsZero() && h.call.Deadline.Before(deadline) {
-		deadline = h.call.Deadline
+	if !call.Deadline.IsZero() && call.Deadline.Before(deadline) {
+		deadline = call.Deadline // the caller's own
 	}
 	call.Deadline = deadline
 	data, err := json.Marshal(call)

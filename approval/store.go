@@ -76,7 +76,8 @@ type HeldCall struct {
 	// Released is true once an approved call was published to its tool.
 	Released bool `json:"released"`
 
-	call        windlass.ToolCall
+	call        *windlass.ToolCall // decoded from callJSON when first needed (see toolCall)
+	callJSON    string
 	forbidSelf  bool
 	origin      string
 	traceparent string // the call's W3C trace context, when it came with one
@@ -203,7 +204,7 @@ return 1
 
 // hold persists a new held call; it reports false for one already held.
 func (s *store) hold(ctx context.Context, h *HeldCall) (bool, error) {
-	callJSON, err := json.Marshal(h.call)
+	callJSON, err := json.Marshal(*h.call)
 	if err != nil {
 		return false, err
 	}
@@ -326,10 +327,23 @@ func decodeHeld(id string, m map[string]string) (*HeldCall, error) {
 	if m["metadata"] != "" && m["metadata"] != "null" {
 		_ = json.Unmarshal([]byte(m["metadata"]), &h.Metadata)
 	}
-	if err := json.Unmarshal([]byte(m["call"]), &h.call); err != nil {
-		return nil, fmt.Errorf("approval: held call %q: decode call: %w", id, err)
-	}
+	h.callJSON = m["call"] // decoded only to release or answer the call, not to list it
 	return h, nil
+}
+
+// toolCall is the held call as it was submitted. A call that cannot be
+// decoded gives an error and a call carrying only the id and the tool, to
+// answer its caller with.
+func (h *HeldCall) toolCall() (windlass.ToolCall, error) {
+	if h.call != nil {
+		return *h.call, nil
+	}
+	var c windlass.ToolCall
+	if err := json.Unmarshal([]byte(h.callJSON), &c); err != nil {
+		return windlass.ToolCall{ID: h.ID, Name: h.Tool}, fmt.Errorf("approval: held call %q: decode call: %w", h.ID, err)
+	}
+	h.call = &c
+	return c, nil
 }
 
 func msTime(s string) time.Time {
