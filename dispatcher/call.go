@@ -201,10 +201,8 @@ func (d *Dispatcher) schema(spec windlass.Spec, hash string) (*windlass.Argument
 func (d *Dispatcher) publish(ctx context.Context, p *prepared) (duplicate bool, err error) {
 	ctx, span := d.startSend(ctx, p)
 	defer func() { endSend(span, err) }()
-	if p.ownID {
-		if _, ok := d.lastEvent(ctx, p.call.ID, windlass.EventQueued); ok {
-			return true, nil
-		}
+	if p.ownID && d.submittedBefore(ctx, p.call.ID) {
+		return true, nil
 	}
 	// Never try to publish past the call's own deadline (Call's ctx ends
 	// there already).
@@ -237,6 +235,13 @@ func (d *Dispatcher) publish(ctx context.Context, p *prepared) (duplicate bool, 
 // before) is sent again rather than waited on until the call's deadline:
 // the stream deduplicates by call id, so a repeat is harmless.
 const publishAttempt = 2 * time.Second
+
+// lookupTimeout bounds one read of a stream (a result, an event). A
+// request whose reply was lost (sent as the server went down, or before its
+// streams were back after a restart) otherwise waits out the whole
+// context, which for a call is its deadline: seen as a call refused after
+// 90 s in the NATS restart fault test.
+const lookupTimeout = 2 * time.Second
 
 // publishDurably publishes m to its stream, trying again with backoff until
 // the stream acknowledges it or ctx ends. retried reports that more than one
@@ -386,12 +391,14 @@ func (d *Dispatcher) Result(ctx context.Context, callID string) (windlass.ToolRe
 	if err := windlass.ValidateCallID(callID); err != nil {
 		return windlass.ToolResult{}, fmt.Errorf("dispatcher: result: %w", err)
 	}
-	m, err := d.results.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(layout.ResultByCall(callID)))
+	getCtx, cancel := context.WithTimeout(ctx, lookupTimeout)
+	defer cancel()
+	m, err := d.results.GetMsg(getCtx, 1, jetstream.WithGetMsgSubject(layout.ResultByCall(callID)))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		// A direct get may be answered by a replica still catching up
 		// (after a leader change); only the leader's "none" is final.
 		var data []byte
-		data, err = d.leaderGet(ctx, layout.ResultsStream, layout.ResultByCall(callID))
+		data, err = d.leaderGet(getCtx, layout.ResultsStream, layout.ResultByCall(callID))
 		if err == nil {
 			return decodeResult(callID, data)
 		}

@@ -3,6 +3,7 @@ package dispatcher
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"iter"
 	"time"
@@ -36,17 +37,53 @@ func (d *Dispatcher) publishQueued(ctx context.Context, call windlass.ToolCall, 
 	}
 }
 
-// lastEvent reads a call's latest event of one kind.
+// lastEvent reads a call's latest event of one kind; false when there is
+// none or the stream cannot say.
 func (d *Dispatcher) lastEvent(ctx context.Context, callID string, kind windlass.EventKind) (windlass.Event, bool) {
+	e, err := d.readEvent(ctx, callID, kind)
+	return e, err == nil
+}
+
+// readEvent reads a call's latest event of one kind, in one request bounded
+// by lookupTimeout: jetstream.ErrMsgNotFound when there is none.
+func (d *Dispatcher) readEvent(ctx context.Context, callID string, kind windlass.EventKind) (windlass.Event, error) {
+	ctx, cancel := context.WithTimeout(ctx, lookupTimeout)
+	defer cancel()
 	m, err := d.events.GetLastMsgForSubject(ctx, layout.EventSubject(callID, string(kind)))
 	if err != nil {
-		return windlass.Event{}, false
+		return windlass.Event{}, err
 	}
 	var e windlass.Event
 	if json.Unmarshal(m.Data, &e) != nil || e.CallID != callID {
-		return windlass.Event{}, false
+		return windlass.Event{}, jetstream.ErrMsgNotFound // another call's (a token collision) or foreign
 	}
-	return e, true
+	return e, nil
+}
+
+// submittedBefore reports whether the events stream holds a queued record
+// of the call. A read that fails (a reconnect, a leader election) is tried
+// again, three times in all; after that the answer is no, and the calls
+// stream's duplicate window still catches a resubmit within it.
+func (d *Dispatcher) submittedBefore(ctx context.Context, callID string) bool {
+	wait := 50 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		_, err := d.readEvent(ctx, callID, windlass.EventQueued)
+		switch {
+		case err == nil:
+			return true
+		case errors.Is(err, jetstream.ErrMsgNotFound), ctx.Err() != nil, attempt == 3:
+			if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+				d.cfg.Logger.Warn("dispatcher: could not check whether the call id was used before; relying on the duplicate window", "call_id", callID, "error", err)
+			}
+			return false
+		}
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return false
+		}
+		wait *= 2
+	}
 }
 
 // Watch follows a call's life from any dispatcher instance: the events so
@@ -245,6 +282,8 @@ func (o *eventOrder) flush() bool {
 // (0 when it has none or the stream cannot say).
 func (d *Dispatcher) lastEventSeq(ctx context.Context, callID string) uint64 {
 	var last uint64
+	ctx, cancel := context.WithTimeout(ctx, lookupTimeout)
+	defer cancel()
 	for _, kind := range []windlass.EventKind{windlass.EventQueued, windlass.EventStarted, windlass.EventProgress, windlass.EventRetrying} {
 		if m, err := d.events.GetLastMsgForSubject(ctx, layout.EventSubject(callID, string(kind))); err == nil {
 			last = max(last, m.Sequence)
