@@ -284,14 +284,15 @@ func AllStreams(o StreamOptions) []jetstream.StreamConfig {
 // is left as it is: a process started with dev defaults (one replica) never
 // rewrites a production stream (three replicas); change a stream's settings
 // deliberately, with the nats CLI or a deploy step. It is idempotent and safe
-// to run from every process that uses the streams.
+// to run from every process that uses the streams. A request the server
+// does not answer in time (a slow disk creating a stream, a server still
+// starting) is made again, ensureAttempts times in all, while ctx lasts.
 func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfgs ...jetstream.StreamConfig) error {
 	for _, cfg := range cfgs {
-		_, err := js.Stream(ctx, cfg.Name)
-		if errors.Is(err, jetstream.ErrStreamNotFound) {
-			_, err = js.CreateStream(ctx, cfg)
-			if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-				err = nil // another process created it first
+		var err error
+		for attempt := 1; attempt <= ensureAttempts; attempt++ {
+			if err = ensureStream(ctx, js, cfg); !errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+				break
 			}
 		}
 		if err != nil {
@@ -299,4 +300,19 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfgs ...jetstrea
 		}
 	}
 	return nil
+}
+
+// ensureAttempts bounds EnsureStreams' requests per stream; each waits the
+// client's timeout (5 s when ctx has no deadline).
+const ensureAttempts = 3
+
+func ensureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) error {
+	_, err := js.Stream(ctx, cfg.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		_, err = js.CreateStream(ctx, cfg)
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			err = nil // another process created it first
+		}
+	}
+	return err
 }
