@@ -99,9 +99,11 @@ func (q *quickSchema) keyword(k string, v any) bool {
 		}
 		q.props = make(map[string]*quickSchema, len(props))
 		for name, sub := range props {
-			if q.props[name], ok = compileQuick(sub); !ok {
+			var p *quickSchema
+			if !compileInto(&p, sub) {
 				return false
 			}
+			q.props[name] = p
 		}
 		return true
 	case "required":
@@ -109,13 +111,9 @@ func (q *quickSchema) keyword(k string, v any) bool {
 		q.required, ok = quickStrings(v)
 		return ok
 	case "additionalProperties":
-		var ok bool
-		q.additional, ok = compileQuick(v)
-		return ok
+		return compileInto(&q.additional, v)
 	case "items":
-		var ok bool
-		q.items, ok = compileQuick(v)
-		return ok
+		return compileInto(&q.items, v)
 	case "enum":
 		var ok bool
 		q.enum, ok = quickStrings(v)
@@ -139,6 +137,13 @@ func (q *quickSchema) keyword(k string, v any) bool {
 		return quickBoundOf(v, &q.max, true)
 	}
 	return false
+}
+
+// compileInto compiles a subschema into *dst.
+func compileInto(dst **quickSchema, v any) bool {
+	var ok bool
+	*dst, ok = compileQuick(v)
+	return ok
 }
 
 // quickStrings reads a keyword's list of strings.
@@ -250,59 +255,6 @@ func integerLiteral(s string) bool {
 	return len(s) > 0
 }
 
-// accepts reports whether v (decoded as [decodeArguments] does) is valid
-// for sure; false means "ask the library".
-func (q *quickSchema) accepts(v any) bool {
-	switch {
-	case q.always:
-		return true
-	case q.never:
-		return false
-	}
-	switch x := v.(type) {
-	case map[string]any:
-		if !q.allows(qObject) {
-			return false
-		}
-		for _, name := range q.required {
-			if _, ok := x[name]; !ok {
-				return false
-			}
-		}
-		for k, val := range x {
-			if p, ok := q.props[k]; ok {
-				if !p.accepts(val) {
-					return false
-				}
-			} else if q.additional != nil && !q.additional.accepts(val) {
-				return false
-			}
-		}
-		return !q.hasEnum
-	case []any:
-		if !q.allows(qArray) || (q.minItems >= 0 && len(x) < q.minItems) || (q.maxItems >= 0 && len(x) > q.maxItems) {
-			return false
-		}
-		if q.items != nil {
-			for _, e := range x {
-				if !q.items.accepts(e) {
-					return false
-				}
-			}
-		}
-		return !q.hasEnum
-	case string:
-		return q.acceptsString(x)
-	case json.Number:
-		return !q.hasEnum && q.acceptsNumber(x)
-	case bool:
-		return !q.hasEnum && q.allows(qBoolean)
-	case nil:
-		return !q.hasEnum && q.allows(qNull)
-	}
-	return false
-}
-
 // acceptsString checks a string.
 func (q *quickSchema) acceptsString(x string) bool {
 	if !q.allows(qString) {
@@ -350,12 +302,12 @@ func (q *quickSchema) acceptsNumber(n json.Number) bool {
 	return true
 }
 
-// acceptsJSON is accepts straight from the arguments' JSON, with no
-// decoded value built: true only for a valid JSON object, within the
-// number bounds Validate enforces, that the schema accepts for sure. A
-// string with escapes, a duplicate of a required key, nesting past
-// maxFastDepth and anything accepts would not know give false, and
-// Validate takes the decoding path.
+// acceptsJSON reads the arguments' JSON, building no decoded value, and
+// reports whether it is valid for sure: a JSON object, within the number
+// bounds Validate enforces, that the schema accepts. A string with
+// escapes, a duplicate of a required key, nesting past maxFastDepth and
+// anything else it is not sure of give false, and Validate asks the
+// library.
 func (q *quickSchema) acceptsJSON(data []byte) bool {
 	s := quickScanner{fastDecoder{data: data}}
 	s.space()

@@ -70,10 +70,7 @@ func TestHandlersFullPool(t *testing.T) {
 func TestHandlersStopRunsWhatWasGiven(t *testing.T) {
 	for range 200 {
 		h := newHandlers(1)
-		first := make(chan struct{})
-		h.give(func() { close(first) })
-		<-first
-		waitIdle(t, h, 1)
+		warm(t, h)
 		var ran atomic.Bool
 		if !h.give(func() { ran.Store(true) }) {
 			t.Fatal("give refused a step with a goroutine idle")
@@ -89,10 +86,7 @@ func TestHandlersStopRunsWhatWasGiven(t *testing.T) {
 // outside the pool.
 func TestHandlersAfterStop(t *testing.T) {
 	h := newHandlers(2)
-	done := make(chan struct{})
-	h.give(func() { close(done) })
-	<-done
-	waitIdle(t, h, 1)
+	warm(t, h)
 	h.stop()
 	if h.give(func() {}) {
 		t.Fatal("give took a step after stop")
@@ -102,6 +96,17 @@ func TestHandlersAfterStop(t *testing.T) {
 	if !ran {
 		t.Error("a step given after stop did not run")
 	}
+}
+
+// warm starts one pooled goroutine with a step and waits until it is idle.
+func warm(t *testing.T, h *handlers) {
+	t.Helper()
+	done := make(chan struct{})
+	if !h.give(func() { close(done) }) {
+		t.Fatal("give refused a step with the pool empty")
+	}
+	<-done
+	waitIdle(t, h, 1)
 }
 
 // waitIdle waits until n pooled goroutines are idle.
