@@ -40,6 +40,13 @@ const (
 	CodePayloadTooLarge ErrorCode = "payload_too_large"
 	// CodeUnavailable: the fleet could not be reached (NATS down, stream missing).
 	CodeUnavailable ErrorCode = "unavailable"
+	// CodeResultTooLarge: the tool ran, but its encoded result exceeds what
+	// the fleet can deliver (the NATS server's max payload). Permanent: the
+	// call is not run again.
+	CodeResultTooLarge ErrorCode = "result_too_large"
+	// CodeIDConflict: the call id is already taken by a call of another
+	// tool or with other arguments; that call is not this one.
+	CodeIDConflict ErrorCode = "id_conflict"
 )
 
 // CallError is the error object of a failed [ToolResult]: a code a program

@@ -68,9 +68,46 @@ type DeadCall struct {
 	DiedAt time.Time `json:"died_at"`
 	// Origin is the dispatcher instance its result went to.
 	Origin string `json:"origin,omitempty"`
+	// ArgumentsOmitted reports that the record could not hold the call's
+	// arguments (with them it was over the server's max payload); such a
+	// call cannot be replayed.
+	ArgumentsOmitted bool `json:"arguments_omitted,omitempty"`
 	// Seq is the record's sequence in the dead calls stream, its handle for
 	// replay (set when read, never on the wire).
 	Seq uint64 `json:"-"`
+}
+
+// Refusal is the record of a message a worker dropped from a tool's call
+// subject without answering it (PROTOCOL.md, "Refusals"): a call of a
+// gated tool without a valid release — none, another call's, a bad
+// signature, other arguments than approved, a release already used, or a
+// call that already has its answer. Answering such a message under its
+// call id would let whoever published it decide what the real caller of
+// that id is told, so nobody is answered and operators are told instead.
+type Refusal struct {
+	// CallID is the call id the message claims ("" when unreadable).
+	CallID string `json:"call_id,omitempty"`
+	// Tool is the tool whose subject the message came on.
+	Tool string `json:"tool"`
+	// Reason classifies the refusal (no_release, bad_signature, reused, …).
+	Reason string `json:"reason"`
+	// Detail says what was wrong.
+	Detail string `json:"detail"`
+	// Seq is the message's sequence in the calls stream.
+	Seq uint64 `json:"seq"`
+	// PublishedAt is when the calls stream stored the message.
+	PublishedAt time.Time `json:"published_at"`
+	// MsgID is the message's Nats-Msg-Id header, as published.
+	MsgID string `json:"msg_id,omitempty"`
+	// Origin is the message's Windlass-Origin header, as published: the
+	// dispatcher it claims to come from. NATS does not record which
+	// client published a stored message; correlate PublishedAt with the
+	// server's connection log to find it.
+	Origin string `json:"origin,omitempty"`
+	// Worker is the worker that refused it.
+	Worker string `json:"worker"`
+	// At is when it was refused.
+	At time.Time `json:"at"`
 }
 
 // Cancellation is the record of a canceled call (PROTOCOL.md,

@@ -71,7 +71,7 @@ func newFleet(t *testing.T, policies map[string]approval.ToolPolicy) *fleet {
 		return fmt.Sprintf("paid %.2f to %s", in.Amount, in.To), nil
 	}, windlass.WithApproval())
 	js, _ := jetstream.New(f.nats.Connect(t))
-	w, err := worker.New(worker.Config{JetStream: js, Registry: f.reg, Releases: release.NewVerifier(pub), Ledger: release.NewLedger(f.redis.Client(t), "")})
+	w, err := worker.New(worker.Config{JetStream: js, Registry: f.reg, Releases: release.NewVerifier(pub)})
 	if err != nil {
 		t.Fatal(err)
 	}

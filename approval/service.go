@@ -160,7 +160,14 @@ const intakeConcurrency = 32
 // ones, finishes releases a crash interrupted and feeds Notify, until ctx
 // ends.
 func (s *Service) Run(ctx context.Context) error {
-	if err := layout.EnsureStreams(ctx, s.js, layout.AllStreams(layout.StreamOptions{Replicas: s.cfg.Replicas})...); err != nil {
+	opts := layout.StreamOptions{Replicas: s.cfg.Replicas}
+	if err := layout.EnsureStreams(ctx, s.js, layout.AllStreams(opts)...); err != nil {
+		return fmt.Errorf("approval: %w", err)
+	}
+	// The release ledger the workers claim releases in: created here, by
+	// the one role that may create streams in a deployment with
+	// permissions (deploy/nats/accounts.conf).
+	if _, err := layout.EnsureReleases(ctx, s.js, opts); err != nil {
 		return fmt.Errorf("approval: %w", err)
 	}
 	cons, err := s.js.CreateOrUpdateConsumer(ctx, layout.ApprovalsStream, jetstream.ConsumerConfig{
@@ -384,12 +391,16 @@ func (s *Service) release(ctx context.Context, h *HeldCall) error {
 	if err != nil {
 		return err
 	}
-	hdr, err := s.cfg.Signer.Sign(release.Release{CallID: h.ID, Tool: h.Tool, SpecHash: h.SpecHash, ArgsHash: h.ArgsHash, ExpiresAt: call.Deadline, ApprovedBy: h.Approvers})
+	origin := h.origin
+	if windlass.ValidateName(origin) != nil {
+		origin = "anonymous"
+	}
+	hdr, err := s.cfg.Signer.Sign(release.Release{CallID: h.ID, Tool: h.Tool, SpecHash: h.SpecHash, ArgsHash: h.ArgsHash, ExpiresAt: call.Deadline, ApprovedBy: h.Approvers, Origin: origin})
 	if err != nil {
 		return err
 	}
 	m := &nats.Msg{Subject: layout.CallSubject(h.Tool), Data: data, Header: nats.Header{
-		nats.MsgIdHdr: []string{h.ID}, layout.HeaderOrigin: []string{h.origin}, release.Header: []string{hdr},
+		nats.MsgIdHdr: []string{s.cfg.Signer.MessageID(h.ID)}, layout.HeaderOrigin: []string{origin}, release.Header: []string{hdr},
 		layout.HeaderProtocol: []string{fmt.Sprint(windlass.ProtocolVersion)}}}
 	if h.traceparent != "" {
 		// The worker's span continues the caller's trace.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/internal/layout"
+	"github.com/windlass-dev/windlass/internal/streamread"
 )
 
 // CallOption configures one call.
@@ -236,12 +237,9 @@ func (d *Dispatcher) publish(ctx context.Context, p *prepared) (duplicate bool, 
 // the stream deduplicates by call id, so a repeat is harmless.
 const publishAttempt = 2 * time.Second
 
-// lookupTimeout bounds one read of a stream (a result, an event). A
-// request whose reply was lost (sent as the server went down, or before its
-// streams were back after a restart) otherwise waits out the whole
-// context, which for a call is its deadline: seen as a call refused after
-// 90 s in the NATS restart fault test.
-const lookupTimeout = 2 * time.Second
+// lookupTimeout bounds one read of a stream (a result, an event); see
+// streamread.Timeout.
+const lookupTimeout = streamread.Timeout
 
 // publishDurably publishes m to its stream, trying again with backoff until
 // the stream acknowledges it or ctx ends. retried reports that more than one
@@ -391,63 +389,14 @@ func (d *Dispatcher) Result(ctx context.Context, callID string) (windlass.ToolRe
 	if err := windlass.ValidateCallID(callID); err != nil {
 		return windlass.ToolResult{}, fmt.Errorf("dispatcher: result: %w", err)
 	}
-	getCtx, cancel := context.WithTimeout(ctx, lookupTimeout)
-	defer cancel()
-	m, err := d.results.GetMsg(getCtx, 1, jetstream.WithGetMsgSubject(layout.ResultByCall(callID)))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		// A direct get may be answered by a replica still catching up
-		// (after a leader change); only the leader's "none" is final.
-		var data []byte
-		data, err = d.leaderGet(getCtx, layout.ResultsStream, layout.ResultByCall(callID))
-		if err == nil {
-			return decodeResult(callID, data)
-		}
-	}
+	data, err := streamread.First(ctx, d.cfg.Conn, d.results, layout.ResultByCall(callID))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return windlass.ToolResult{}, fmt.Errorf("%w: %q", ErrNoResult, callID)
 	}
 	if err != nil {
 		return windlass.ToolResult{}, fmt.Errorf("dispatcher: fetch result of %q: %w", callID, err)
 	}
-	return decodeResult(callID, m.Data)
-}
-
-// leaderGet reads the first message on subject from stream through the
-// stream leader's message API, never a replica's direct get.
-func (d *Dispatcher) leaderGet(ctx context.Context, stream, subject string) ([]byte, error) {
-	req, err := json.Marshal(struct {
-		Seq     uint64 `json:"seq"`
-		NextFor string `json:"next_by_subj"`
-	}{1, subject})
-	if err != nil {
-		return nil, err
-	}
-	m, err := d.cfg.Conn.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, req)
-	if err != nil {
-		return nil, err
-	}
-	var resp struct {
-		Message *struct {
-			Data []byte `json:"data"`
-		} `json:"message"`
-		Error *struct {
-			Code    int    `json:"code"`
-			ErrCode int    `json:"err_code"`
-			Message string `json:"description"`
-		} `json:"error"`
-	}
-	if err := json.Unmarshal(m.Data, &resp); err != nil {
-		return nil, fmt.Errorf("stream %s: message get reply: %w", stream, err)
-	}
-	switch {
-	case resp.Error != nil && resp.Error.Code == 404:
-		return nil, jetstream.ErrMsgNotFound
-	case resp.Error != nil:
-		return nil, fmt.Errorf("stream %s: message get: %s (%d)", stream, resp.Error.Message, resp.Error.ErrCode)
-	case resp.Message == nil:
-		return nil, fmt.Errorf("stream %s: message get: empty reply", stream)
-	}
-	return resp.Message.Data, nil
+	return decodeResult(callID, data)
 }
 
 func decodeResult(callID string, data []byte) (windlass.ToolResult, error) {

@@ -76,6 +76,9 @@ func (d *Dispatcher) Replay(ctx context.Context, seq uint64, opts ...CallOption)
 	if err := json.Unmarshal(m.Data, &dc); err != nil {
 		return "", fmt.Errorf("dispatcher: replay %d: decode the dead call: %w", seq, err)
 	}
+	if dc.ArgumentsOmitted {
+		return "", fmt.Errorf("dispatcher: replay %d: the record of %q holds no arguments (they were too large to keep), so it cannot be replayed; submit the call again", seq, dc.Call.ID)
+	}
 	// The dead call's metadata, then the caller's (a WithMetadata among
 	// opts adds to it rather than replacing it), and always the mark of
 	// the replay.

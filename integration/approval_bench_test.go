@@ -49,7 +49,7 @@ func BenchmarkApprovalPath(b *testing.B) {
 	}) (int, error) {
 		return 1, nil
 	}, windlass.WithApproval())
-	f.startWorker(worker.Config{Releases: release.NewVerifier(pubKey), Ledger: release.NewLedger(f.redis.Client(b), "")}, gated)
+	f.startWorker(worker.Config{Releases: release.NewVerifier(pubKey)}, gated)
 
 	var tokens []string
 	var revs []approval.Reviewer

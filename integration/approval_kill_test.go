@@ -40,7 +40,7 @@ func TestApprovalServiceKilledLosesNothing(t *testing.T) {
 		results <- info.ID
 		return "sent", nil
 	}, windlass.WithApproval())
-	f.startWorker(worker.Config{Releases: release.NewVerifier(pubKey), Ledger: release.NewLedger(f.redis.Client(t), "")}, pay)
+	f.startWorker(worker.Config{Releases: release.NewVerifier(pubKey)}, pay)
 	d := f.dispatcher()
 	waitLive(t, d, "transfer_funds", 1)
 

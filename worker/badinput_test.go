@@ -3,10 +3,13 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -164,24 +167,79 @@ func TestInvalidUTF8ArgumentsReachTheToolReplaced(t *testing.T) {
 
 // TestResultOverMaxPayloadIsAnswered runs a tool whose result is larger
 // than the server's max payload. The worker cannot publish that result; it
-// must answer the call with an error result (payload_too_large) at once
-// instead of retrying the publish and leaving the call for redelivery,
-// which would run it again and again until its deliveries ran out.
+// answers the call result_too_large (naming the size and the limit) at
+// once, stores that answer and acks the call, instead of retrying the
+// publish and leaving the call for redelivery, which ran the tool again
+// and again until its deliveries ran out and told the caller worker_lost.
 func TestResultOverMaxPayloadIsAnswered(t *testing.T) {
-	t.Skip("waiting for fix: worker.publishResult retries a result over the max payload for AckWait/2 and leaves the call for redelivery; it should publish a payload_too_large error result instead and ack")
 	t.Parallel()
 	b := newBench(t)
 	var runs atomic.Int64
-	b.start(worker.Config{AckWait: time.Second}, countingEcho(&runs))
+	w, _ := b.start(worker.Config{AckWait: time.Second}, countingEcho(&runs))
 	// Content and data both carry the text: ~1.2 MiB, over the 1 MiB max.
 	b.publish(windlass.ToolCall{ID: "big-result", Name: "echo", Arguments: json.RawMessage(`{"text":"` + strings.Repeat("r", 600<<10) + `"}`)})
-	r := b.result(5 * time.Second)
-	if r.CallID != "big-result" || r.Code() != windlass.CodePayloadTooLarge {
-		t.Errorf("result %.300v, want payload_too_large", r)
+	r := b.result(10 * time.Second)
+	if r.CallID != "big-result" || r.Code() != windlass.CodeResultTooLarge || r.Error.Retryable ||
+		!strings.Contains(r.Content, "1048576 bytes") || !strings.Contains(r.Content, "ran and finished") || r.Attempt != 1 || r.StartedAt.IsZero() {
+		t.Errorf("result %.400v, want result_too_large naming the size and the limit", r)
+	}
+	if stored, ok := b.storedResult("big-result"); !ok || stored.Code() != windlass.CodeResultTooLarge {
+		t.Errorf("stored answer %.300v (found %v)", stored, ok)
 	}
 	b.callsStreamEmpties()
 	if runs.Load() != 1 {
 		t.Errorf("the tool ran %d times, want once", runs.Load())
+	}
+	if st := w.Stats(); st.Failed != 1 || st.Requeued != 0 {
+		t.Errorf("stats %+v: want one failed answer, nothing requeued", st)
+	}
+}
+
+// TestLargeProgressAndErrorsAreCutNotFatal: a tool that reports a progress
+// message and then fails (retryably, then for good) with an error text
+// over the max payload: the events carry the texts cut with a marker, the
+// call is retried and answered as usual.
+func TestLargeProgressAndErrorsAreCutNotFatal(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	huge := strings.Repeat("é", 700<<10) // 1.4 MB of two-byte characters
+	var runs atomic.Int64
+	progressSeen := make(chan struct{})
+	tool := windlass.MustFunc("chatty", func(ctx context.Context, _ struct{}) (string, error) {
+		if runs.Add(1) > 1 {
+			return "", errors.New("for good: " + huge)
+		}
+		windlass.ReportProgress(ctx, 0.5, huge)
+		select { // until a heartbeat carried it
+		case <-progressSeen:
+		case <-ctx.Done():
+		}
+		return "", windlass.Retryable(errors.New(huge))
+	})
+	b.start(worker.Config{Heartbeat: 20 * time.Millisecond}, tool, worker.WithRetry(worker.RetryPolicy{MaxAttempts: 2, InitialBackoff: 10 * time.Millisecond}))
+	b.publish(windlass.ToolCall{ID: "chatty-1", Name: "chatty"})
+	b.waitFor(10*time.Second, "the progress event", func() bool { return len(b.events("chatty-1", windlass.EventProgress)) > 0 })
+	close(progressSeen)
+	r := b.result(15 * time.Second)
+	if r.Code() != windlass.CodeResultTooLarge || r.Attempt != 2 || !strings.Contains(r.Content, "failed (attempt 2)") {
+		t.Errorf("result %.300v: want the second attempt's error, too large to send, answered result_too_large", r)
+	}
+	// Progress is bounded where it is reported (windlass.MaxProgressMessage).
+	if evs := b.events("chatty-1", windlass.EventProgress); len(evs) == 0 || evs[0].Progress == nil ||
+		len(evs[0].Progress.Message) > windlass.MaxProgressMessage || !utf8.ValidString(evs[0].Progress.Message) {
+		t.Errorf("progress events %.200v: want the message cut to %d bytes", evs, windlass.MaxProgressMessage)
+	}
+	// An error is cut by the worker, with a marker.
+	evs := b.events("chatty-1", windlass.EventRetrying)
+	if len(evs) != 1 || evs[0].Error == nil {
+		t.Fatalf("retrying events %.200v", evs)
+	}
+	text := evs[0].Error.Message
+	if len(text) > 16<<10 || !regexp.MustCompile(`… \[truncated: 14336\d\d bytes in all\]$`).MatchString(text) || !utf8.ValidString(text) {
+		t.Errorf("retrying event's error: %d bytes, ending %q; want it cut to 16 KiB with a marker, valid UTF-8", len(text), []rune(text)[max(0, len([]rune(text))-50):])
+	}
+	if runs.Load() != 2 {
+		t.Errorf("the tool ran %d times, want twice (one retry)", runs.Load())
 	}
 }
 

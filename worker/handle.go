@@ -31,7 +31,7 @@ const (
 
 // stats counts what the worker did; read by tests and the status view.
 type stats struct {
-	completed, failed, malformed, requeued, retried, canceled, dead, alreadyAnswered, duplicateResults atomic.Int64
+	completed, failed, malformed, requeued, retried, canceled, dead, alreadyAnswered, duplicateResults, refused atomic.Int64
 }
 
 // Stats is a snapshot of a worker's counters.
@@ -42,8 +42,8 @@ type Stats struct {
 	Failed int64
 	// Malformed messages terminated.
 	Malformed int64
-	// Requeued calls handed back to the stream (shutdown, release ledger
-	// unreachable).
+	// Requeued calls handed back to the stream (shutdown; a gated call's
+	// release ledger or result unreadable for now).
 	Requeued int64
 	// Retried attempts that failed with a retryable error and were handed
 	// back for another attempt after a backoff.
@@ -61,6 +61,9 @@ type Stats struct {
 	// dropped because the call already had one: a stale attempt, for
 	// instance from a worker paused past the ack wait, finished second.
 	DuplicateResults int64
+	// Refused messages dropped without running or answering them: calls
+	// of a gated tool without a valid release (see windlass.Refusal).
+	Refused int64
 }
 
 // Stats returns the worker's counters.
@@ -69,7 +72,7 @@ func (w *Worker) Stats() Stats {
 	return Stats{
 		Completed: s.completed.Load(), Failed: s.failed.Load(), Malformed: s.malformed.Load(), Requeued: s.requeued.Load(),
 		Retried: s.retried.Load(), Canceled: s.canceled.Load(), Dead: s.dead.Load(),
-		AlreadyAnswered: s.alreadyAnswered.Load(), DuplicateResults: s.duplicateResults.Load(),
+		AlreadyAnswered: s.alreadyAnswered.Load(), DuplicateResults: s.duplicateResults.Load(), Refused: s.refused.Load(),
 	}
 }
 
@@ -112,8 +115,15 @@ func (w *Worker) process(ctx context.Context, msg jetstream.Msg, t *registered, 
 		if err == nil {
 			err = call.Validate()
 		}
-		w.stats.malformed.Add(1)
 		id := readableID(msg.Data())
+		if t.spec.RequiresApproval {
+			// Not answered, even when an id can be read: it is not the
+			// approval service's release of any call.
+			c.call, c.log = windlass.ToolCall{ID: id, Name: t.spec.Name}, log
+			w.drop(ctx, c, meta, release.ReasonMalformed, "the call message is malformed: "+err.Error())
+			return
+		}
+		w.stats.malformed.Add(1)
 		log.WarnContext(ctx, "worker: malformed call; terminating it", "tool", t.spec.Name, "call_id", id, "error", err)
 		if id == "" {
 			w.settle(ctx, msg, term, nil, origin, log)
@@ -134,6 +144,13 @@ func (w *Worker) process(ctx context.Context, msg jetstream.Msg, t *registered, 
 	hb := w.startHeartbeat(msg, call)
 	c.hb = hb
 
+	if t.spec.RequiresApproval {
+		var ok bool
+		if call, ok = w.admitGated(ctx, c, meta); !ok {
+			return
+		}
+		c.call, origin = call, c.origin
+	}
 	if call.Attempt > 1 && w.answered(ctx, call.ID) {
 		// Its earlier worker published the result but was lost (or paused
 		// past the ack wait) before its ack landed: the caller has its
@@ -152,15 +169,7 @@ func (w *Worker) process(ctx context.Context, msg jetstream.Msg, t *registered, 
 		return
 	}
 
-	if r, refused, err := w.refuse(ctx, call, t, msg, meta); err != nil {
-		// Not the release's fault (Redis unreachable for the ledger): try
-		// again later rather than answer rejected.
-		log.WarnContext(ctx, "worker: cannot check the release now; retrying the call later", "error", err)
-		w.stats.requeued.Add(1)
-		hb.stop()
-		_ = msg.NakWithDelay(time.Second)
-		return
-	} else if refused {
+	if r, refused := w.refuse(call, t, meta); refused {
 		w.settle(ctx, msg, ack, &r, origin, log)
 		return
 	}
@@ -377,7 +386,9 @@ func (w *Worker) lastRetryError(ctx context.Context, callID string) (windlass.Ca
 // reports false, having logged why, when it could not.
 func (w *Worker) recordDead(ctx context.Context, call windlass.ToolCall, deliveries int, cause windlass.CallError, origin string, log *slog.Logger) bool {
 	call.Attempt = 0 // the replay starts afresh
-	data, err := json.Marshal(windlass.DeadCall{Call: call, Error: cause, Deliveries: deliveries, Worker: w.cfg.ID, DiedAt: time.Now(), Origin: origin})
+	cause.Message = truncate(cause.Message, maxEventText)
+	rec := windlass.DeadCall{Call: call, Error: cause, Deliveries: deliveries, Worker: w.cfg.ID, DiedAt: time.Now(), Origin: origin}
+	data, err := json.Marshal(rec)
 	if err != nil {
 		log.ErrorContext(ctx, "worker: encode dead call", "error", err)
 		return false
@@ -385,6 +396,14 @@ func (w *Worker) recordDead(ctx context.Context, call windlass.ToolCall, deliver
 	m := &nats.Msg{Subject: layout.DeadSubject(call.Name), Data: data, Header: nats.Header{
 		nats.MsgIdHdr: []string{layout.DeadMsgID(call.ID)}, layout.HeaderProtocol: []string{protocolVersion},
 	}}
+	if limit := w.cfg.JetStream.Conn().MaxPayload(); limit > 0 && int64(messageSize(m)) > limit {
+		// Arguments near the max payload and an error: keep the record,
+		// without the arguments, rather than leave the call to run again.
+		rec.Call.Arguments, rec.ArgumentsOmitted = nil, true
+		if m.Data, err = json.Marshal(rec); err != nil {
+			return false
+		}
+	}
 	if _, err := w.publishDurably(ctx, m); err != nil {
 		log.ErrorContext(ctx, "worker: could not record the dead call; leaving it for redelivery", "error", err)
 		return false
@@ -393,66 +412,45 @@ func (w *Worker) recordDead(ctx context.Context, call windlass.ToolCall, deliver
 	return true
 }
 
-// refuse answers, without running the tool, a call that must not run.
-// It returns an error, and no decision, when it cannot tell (the release
-// ledger is unreachable).
-func (w *Worker) refuse(ctx context.Context, call windlass.ToolCall, t *registered, msg jetstream.Msg, meta *jetstream.MsgMetadata) (windlass.ToolResult, bool, error) {
+// refuse answers, without running the tool, a call that must not run. A
+// gated call comes here only once admitGated proved it the rightful
+// message of its release, whose expiry is the call's deadline by then.
+func (w *Worker) refuse(call windlass.ToolCall, t *registered, meta *jetstream.MsgMetadata) (windlass.ToolResult, bool) {
 	now := time.Now()
 	switch {
 	case call.Name != t.spec.Name:
 		return windlass.ErrorResult(call, windlass.CodeInvalidCall,
-			fmt.Sprintf("The call names tool %q but arrived on the subject of %q.", call.Name, t.spec.Name)), true, nil
+			fmt.Sprintf("The call names tool %q but arrived on the subject of %q.", call.Name, t.spec.Name)), true
 	case !call.Deadline.IsZero() && !now.Before(call.Deadline):
 		return windlass.ErrorResult(call, windlass.CodeTimeout,
-			fmt.Sprintf("Tool %q timed out: the call's deadline passed %s before a worker took it.", call.Name, now.Sub(call.Deadline).Round(time.Millisecond))), true, nil
+			fmt.Sprintf("Tool %q timed out: the call's deadline passed %s before a worker took it.", call.Name, now.Sub(call.Deadline).Round(time.Millisecond))), true
 	case t.cfg.maxQueueWait > 0 && call.Attempt == 1 && now.Sub(meta.Timestamp) > t.cfg.maxQueueWait:
 		// Schedule-to-start: only the first delivery waited in the queue.
 		// A later one follows a retry's backoff or a lost worker, and the
 		// message's timestamp is still its first publish.
 		return windlass.ErrorResult(call, windlass.CodeTimeout,
-			fmt.Sprintf("Tool %q timed out: the call waited %s in the queue, longer than its bound of %s.", call.Name, now.Sub(meta.Timestamp).Round(time.Millisecond), t.cfg.maxQueueWait)), true, nil
+			fmt.Sprintf("Tool %q timed out: the call waited %s in the queue, longer than its bound of %s.", call.Name, now.Sub(meta.Timestamp).Round(time.Millisecond), t.cfg.maxQueueWait)), true
 	case call.SpecHash != "" && call.SpecHash != t.hash:
 		return windlass.ErrorResult(call, windlass.CodeSpecMismatch,
-			fmt.Sprintf("Tool %q changed: this worker serves schema %s but the call was made for schema %s. List the tools again and retry.", call.Name, t.hash, call.SpecHash)), true, nil
-	case t.spec.RequiresApproval:
-		// Fail closed: a gated call reaches a worker only through the
-		// approval service, which attaches a release this worker verifies.
-		err := w.checkRelease(ctx, call, t, msg, meta)
-		switch {
-		case errors.Is(err, release.ErrInvalid):
-			return windlass.ErrorResult(call, windlass.CodeRejected,
-				fmt.Sprintf("Tool %q requires approval and this call has no valid release from the approval service (%v); it was not run.", call.Name, err)), true, nil
-		case err != nil:
-			return windlass.ToolResult{}, false, err
-		}
+			fmt.Sprintf("Tool %q changed: this worker serves schema %s but the call was made for schema %s. List the tools again and retry.", call.Name, t.hash, call.SpecHash)), true
 	}
-	return windlass.ToolResult{}, false, nil
-}
-
-// checkRelease verifies a gated call's release and claims it in the ledger.
-func (w *Worker) checkRelease(ctx context.Context, call windlass.ToolCall, t *registered, msg jetstream.Msg, meta *jetstream.MsgMetadata) error {
-	if w.cfg.Releases == nil {
-		return fmt.Errorf("%w: this worker has no release keys configured", release.ErrInvalid)
-	}
-	r, err := w.cfg.Releases.Verify(msg.Headers().Get(release.Header), call, t.hash, time.Now())
-	if err != nil {
-		return err
-	}
-	if w.cfg.Ledger != nil {
-		return w.cfg.Ledger.Claim(ctx, call.ID, meta.Sequence.Stream, r.ExpiresAt)
-	}
-	return nil
+	return windlass.ToolResult{}, false
 }
 
 // settle is the one place that maps an outcome onto JetStream: publish the
 // result durably (when there is one), then ack, term or nak the call.
 func (w *Worker) settle(ctx context.Context, msg jetstream.Msg, d decision, result *windlass.ToolResult, origin string, log *slog.Logger) {
 	if result != nil {
-		if err := w.publishResult(ctx, *result, origin); err != nil {
+		sent, err := w.publishResult(ctx, *result, origin)
+		if err != nil {
 			// Not acked: JetStream redelivers the call after AckWait.
 			log.ErrorContext(ctx, "worker: could not publish the result; leaving the call for redelivery", "error", err)
 			return
 		}
+		if sent.Code() == windlass.CodeResultTooLarge && result.Code() != windlass.CodeResultTooLarge {
+			log.WarnContext(ctx, "worker: the tool's result is over the max payload; answered result_too_large", "error", sent.Content)
+		}
+		result = &sent
 		w.metrics.Answered(ctx, *result)
 		if result.IsError {
 			w.stats.failed.Add(1)
@@ -477,12 +475,15 @@ func (w *Worker) settle(ctx context.Context, msg jetstream.Msg, d decision, resu
 }
 
 // publishResult publishes result to the results stream, retrying with
-// backoff for up to half the ack wait. A result the stream drops as a
-// duplicate (the call already had one) is counted, not an error.
-func (w *Worker) publishResult(ctx context.Context, result windlass.ToolResult, origin string) error {
+// backoff for up to half the ack wait, and returns what it published. A
+// result the stream drops as a duplicate (the call already had one) is
+// counted, not an error. A result too large to publish is replaced by its
+// result_too_large answer (see tooLarge): the tool did its work, and
+// leaving the call for redelivery would only run it again, to the same end.
+func (w *Worker) publishResult(ctx context.Context, result windlass.ToolResult, origin string) (windlass.ToolResult, error) {
 	data, err := json.Marshal(result)
 	if err != nil {
-		return fmt.Errorf("encode result: %w", err)
+		return result, fmt.Errorf("encode result: %w", err)
 	}
 	if !validOrigin(origin) {
 		origin = "anonymous"
@@ -492,11 +493,21 @@ func (w *Worker) publishResult(ctx context.Context, result windlass.ToolResult, 
 		Data:    data,
 		Header:  nats.Header{nats.MsgIdHdr: []string{layout.ResultMsgID(result.CallID)}, layout.HeaderProtocol: []string{protocolVersion}},
 	}
+	limit := w.cfg.JetStream.Conn().MaxPayload()
+	if size := messageSize(m); limit > 0 && int64(size) > limit {
+		result, m.Data = w.tooLarge(result, size, limit)
+	}
 	ack, err := w.publishDurably(ctx, m)
+	if errors.Is(err, nats.ErrMaxPayload) && result.Code() != windlass.CodeResultTooLarge {
+		// The server's limit is below what the client was told (a
+		// reconfigured server): the same answer.
+		result, m.Data = w.tooLarge(result, messageSize(m), limit)
+		ack, err = w.publishDurably(ctx, m)
+	}
 	if err == nil && ack.Duplicate {
 		w.stats.duplicateResults.Add(1)
 	}
-	return err
+	return result, err
 }
 
 // publishDurably publishes m to its stream and waits for the stream's
@@ -509,6 +520,9 @@ func (w *Worker) publishDurably(ctx context.Context, m *nats.Msg) (*jetstream.Pu
 	if err == nil {
 		return ack, nil // the usual case, without the backoff's allocations
 	}
+	if errors.Is(err, nats.ErrMaxPayload) {
+		return nil, err // the same message never fits
+	}
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval = 50 * time.Millisecond
 	b.MaxElapsedTime = w.cfg.AckWait/2 - time.Since(start)
@@ -519,6 +533,9 @@ func (w *Worker) publishDurably(ctx context.Context, m *nats.Msg) (*jetstream.Pu
 	err = backoff.Retry(func() error {
 		var err error
 		ack, err = w.publishAttempt(pubCtx, m)
+		if errors.Is(err, nats.ErrMaxPayload) {
+			return backoff.Permanent(err) // the same message never fits
+		}
 		return err
 	}, b)
 	return ack, err

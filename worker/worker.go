@@ -71,10 +71,10 @@ type Config struct {
 	Replicas int
 	// Releases verifies the approval service's release on calls of tools
 	// that require approval. Nil refuses every such call (fail closed).
+	// Releases are single-use: the worker records each use in the release
+	// ledger (a JetStream key-value bucket, layout.ReleasesBucket), which it
+	// creates when it is missing.
 	Releases *release.Verifier
-	// Ledger makes releases single-use across workers. Nil skips that check
-	// (a release is still bound to its call, arguments and expiry).
-	Ledger *release.Ledger
 	// Logger receives the worker's logs. Default: discard. Lines written
 	// while a call is handled are logged with the call's context, which
 	// carries its span when tracing is on.
@@ -186,6 +186,9 @@ type Worker struct {
 
 	cancels                                    *cancellations
 	resultsStream, eventsStream, cancelsStream jetstream.Stream
+
+	releases *release.Verifier // never nil: one that trusts no key refuses every release
+	ledger   *release.Ledger   // set by Run when a tool is gated
 }
 
 // New returns a worker configured by cfg.
@@ -194,9 +197,13 @@ func New(cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
+	releases := cfg.Releases
+	if releases == nil {
+		releases = release.NewVerifier() // fail closed
+	}
 	return &Worker{cfg: cfg, tools: map[string]*registered{}, slots: make(chan struct{}, cfg.MaxConcurrency), cancels: newCancellations(),
-		handlers: newHandlers(maxHandlers),
-		tracer:   telemetry.NewTracer(cfg.TracerProvider), metrics: telemetry.NewWorkerMetrics(cfg.MeterProvider)}, nil
+		handlers: newHandlers(maxHandlers), releases: releases,
+		tracer: telemetry.NewTracer(cfg.TracerProvider), metrics: telemetry.NewWorkerMetrics(cfg.MeterProvider)}, nil
 }
 
 // ID returns the worker's id.
@@ -271,6 +278,16 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	if w.cancelsStream, err = js.Stream(ctx, layout.CancelsStream); err != nil {
 		return fmt.Errorf("worker: %w", err)
+	}
+	for _, t := range tools {
+		if t.spec.RequiresApproval {
+			kv, err := layout.EnsureReleases(ctx, js, opts)
+			if err != nil {
+				return fmt.Errorf("worker: the release ledger, needed for gated tool %q: %w", t.spec.Name, err)
+			}
+			w.ledger = release.NewLedger(kv)
+			break
+		}
 	}
 	stopFollowing, err := w.cancels.follow(ctx, js, log)
 	if err != nil {

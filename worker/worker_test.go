@@ -15,7 +15,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/windlass-dev/windlass"
-	"github.com/windlass-dev/windlass/approval/release"
 	"github.com/windlass-dev/windlass/internal/layout"
 	"github.com/windlass-dev/windlass/internal/testserver"
 	"github.com/windlass-dev/windlass/worker"
@@ -249,18 +248,6 @@ func TestCallsRefusedWithoutRunning(t *testing.T) {
 	}
 }
 
-func TestGatedToolRefusesDirectCalls(t *testing.T) {
-	t.Parallel()
-	b := newBench(t)
-	var runs atomic.Int64
-	b.start(worker.Config{}, countingEcho(&runs, windlass.WithApproval()))
-	b.publish(windlass.ToolCall{ID: "sneaky", Name: "echo", Arguments: json.RawMessage(`{"text":"pay"}`)})
-	r := b.result(5 * time.Second)
-	if r.Code() != windlass.CodeRejected || !strings.Contains(r.Content, "requires approval") || runs.Load() != 0 {
-		t.Errorf("gated call published straight on the tool's subject: %+v (runs %d)", r, runs.Load())
-	}
-}
-
 func TestLongCallIsKeptAlive(t *testing.T) {
 	t.Parallel()
 	b := newBench(t)
@@ -420,52 +407,6 @@ func TestConfigErrors(t *testing.T) {
 	}
 }
 
-func TestGatedToolRunsOnlyWithAValidRelease(t *testing.T) {
-	t.Parallel()
-	b := newBench(t)
-	priv, pub, _ := release.GenerateKey()
-	key, _ := release.ParsePrivateKey(priv)
-	pubKey, _ := release.ParsePublicKey(pub)
-	signer := release.NewSigner(key)
-	var runs atomic.Int64
-	tool := countingEcho(&runs, windlass.WithApproval())
-	b.start(worker.Config{Releases: release.NewVerifier(pubKey), Ledger: release.NewLedger(testserver.StartRedis(t).Client(t), "")}, tool)
-
-	args := json.RawMessage(`{"text":"pay bob"}`)
-	hash, _ := release.ArgumentsHash(args)
-	publishReleased := func(id string, callArgs json.RawMessage, msgID string) {
-		t.Helper()
-		hdr, err := signer.Sign(release.Release{CallID: "gated-1", Tool: "echo", SpecHash: tool.Spec().Hash(), ArgsHash: hash, ExpiresAt: time.Now().Add(time.Minute), ApprovedBy: []string{"alice"}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		data, _ := json.Marshal(windlass.ToolCall{ID: id, Name: "echo", Arguments: callArgs})
-		msg := &nats.Msg{Subject: layout.CallSubject("echo"), Data: data, Header: nats.Header{
-			layout.HeaderOrigin: []string{origin}, release.Header: []string{hdr}, nats.MsgIdHdr: []string{msgID}}}
-		if _, err := b.js.PublishMsg(t.Context(), msg); err != nil {
-			t.Fatal(err)
-		}
-	}
-
-	publishReleased("gated-1", args, "m1")
-	if r := b.result(5 * time.Second); r.IsError || r.Content != "pay bob" {
-		t.Fatalf("released call: %+v", r)
-	}
-	// The same release on a copy published under another message id.
-	publishReleased("gated-1", args, "m2")
-	if r := b.result(5 * time.Second); r.Code() != windlass.CodeRejected || !strings.Contains(r.Content, "already used") {
-		t.Errorf("replayed release: %+v", r)
-	}
-	// A release for other arguments: the worker recomputes the hash.
-	publishReleased("gated-1", json.RawMessage(`{"text":"pay mallory"}`), "m3")
-	if r := b.result(5 * time.Second); r.Code() != windlass.CodeRejected || !strings.Contains(r.Content, "arguments differ") {
-		t.Errorf("edited arguments: %+v", r)
-	}
-	if runs.Load() != 1 {
-		t.Errorf("the gated tool ran %d times, want once", runs.Load())
-	}
-}
-
 func TestQueuedCallsAreNotRedeliveredWhileSlotsAreBusy(t *testing.T) {
 	t.Parallel()
 	b := newBench(t)
@@ -498,33 +439,6 @@ func TestQueuedCallsAreNotRedeliveredWhileSlotsAreBusy(t *testing.T) {
 		if n != 1 {
 			t.Errorf("call %s ran %d times", id, n)
 		}
-	}
-}
-
-func TestUnreachableLedgerRetriesInsteadOfRejecting(t *testing.T) {
-	t.Parallel()
-	b := newBench(t)
-	priv, pub, _ := release.GenerateKey()
-	key, _ := release.ParsePrivateKey(priv)
-	pubKey, _ := release.ParsePublicKey(pub)
-	rs := testserver.StartRedis(t)
-	var runs atomic.Int64
-	tool := countingEcho(&runs, windlass.WithApproval())
-	b.start(worker.Config{Releases: release.NewVerifier(pubKey), Ledger: release.NewLedger(rs.Client(t), "")}, tool)
-	rs.Stop() // the ledger is down when the released call arrives
-
-	args := json.RawMessage(`{"text":"ok"}`)
-	hash, _ := release.ArgumentsHash(args)
-	hdr, _ := release.NewSigner(key).Sign(release.Release{CallID: "g", Tool: "echo", SpecHash: tool.Spec().Hash(), ArgsHash: hash, ExpiresAt: time.Now().Add(time.Minute)})
-	data, _ := json.Marshal(windlass.ToolCall{ID: "g", Name: "echo", Arguments: args})
-	if _, err := b.js.PublishMsg(t.Context(), &nats.Msg{Subject: layout.CallSubject("echo"), Data: data,
-		Header: nats.Header{layout.HeaderOrigin: []string{origin}, release.Header: []string{hdr}}}); err != nil {
-		t.Fatal(err)
-	}
-	b.noResult(1500 * time.Millisecond) // no rejected answer while Redis is down
-	rs.Restart(t)
-	if r := b.result(15 * time.Second); r.IsError || r.Content != "ok" || runs.Load() != 1 {
-		t.Errorf("after the ledger came back: %+v (runs %d)", r, runs.Load())
 	}
 }
 

@@ -54,6 +54,10 @@ type Release struct {
 	ExpiresAt time.Time `json:"expires_at"`
 	// ApprovedBy lists the reviewers who approved.
 	ApprovedBy []string `json:"approved_by"`
+	// Origin is the dispatcher instance the call's result goes to, as the
+	// caller asked: the worker answers there, whatever a copy's
+	// Windlass-Origin header says. Empty in releases of older services.
+	Origin string `json:"origin,omitempty"`
 }
 
 // ArgumentsHash is the hex SHA-256 of the canonical JSON of args (object keys
@@ -170,6 +174,19 @@ func (s *Signer) Sign(r Release) (string, error) {
 	return signed + "." + base64.RawURLEncoding.EncodeToString(sig), nil
 }
 
+// MessageID is the Nats-Msg-Id of the release of callID: "release:" and
+// 32 hex characters derived from the signer's private key (the SHA-256 of
+// an Ed25519 signature, which is deterministic, of the call id). The same
+// call always gets the same id, so a release published twice (a service
+// that crashed between publishing and recording it) is stored once; and
+// nobody without the key can predict it, so a message published ahead of
+// the release under its id cannot make the stream drop the real one as a
+// duplicate.
+func (s *Signer) MessageID(callID string) string {
+	sum := sha256.Sum256(ed25519.Sign(s.key, []byte("windlass-release-message-id:"+callID)))
+	return "release:" + hex.EncodeToString(sum[:16])
+}
+
 // Verifier checks releases against the public keys it knows. Safe for
 // concurrent use.
 type Verifier struct {
@@ -186,47 +203,132 @@ func NewVerifier(keys ...ed25519.PublicKey) *Verifier {
 }
 
 // Verify checks a release header against the call a worker is about to run
-// and the spec it serves: signature by a trusted key, same call id and tool,
-// same spec version, an arguments hash recomputed from call.Arguments, and
-// not expired at now. Any failure wraps [ErrInvalid] and says which check
-// failed.
+// and the spec it serves: [Verifier.Authenticate], then the same spec
+// version and not expired at now. Any failure wraps [ErrInvalid] and says
+// which check failed.
 func (v *Verifier) Verify(header string, call windlass.ToolCall, specHash string, now time.Time) (Release, error) {
+	r, err := v.Authenticate(header, call)
+	if err != nil {
+		return r, err
+	}
+	switch {
+	case r.SpecHash != "" && r.SpecHash != specHash:
+		return r, invalid(ReasonSpecChanged, "issued for spec %s, the worker serves %s", r.SpecHash, specHash)
+	case !now.Before(r.ExpiresAt):
+		return r, invalid(ReasonExpired, "expired at %s", r.ExpiresAt.Format(time.RFC3339))
+	}
+	return r, nil
+}
+
+// Authenticate checks that a release header is the approval service's
+// release of this very call: signed by a trusted key, for the same call id
+// and tool, and for the arguments the call carries (their hash recomputed
+// from call.Arguments). A message that passes was released by the
+// approval service, whoever published it; whether it may still run (its
+// expiry, the spec version, single use) is for the worker to decide next.
+// Any failure is an *[InvalidError] wrapping [ErrInvalid].
+func (v *Verifier) Authenticate(header string, call windlass.ToolCall) (Release, error) {
 	var r Release
 	if header == "" {
-		return r, fmt.Errorf("%w: the call carries no release", ErrInvalid)
+		return r, invalid(ReasonNoRelease, "the call carries no release")
+	}
+	if len(v.keys) == 0 {
+		return r, invalid(ReasonNoKeys, "this worker has no release keys configured")
 	}
 	parts := strings.Split(header, ".")
 	if len(parts) != 4 || parts[0] != "v1" {
-		return r, fmt.Errorf("%w: malformed (want v1.<key id>.<payload>.<signature>)", ErrInvalid)
+		return r, invalid(ReasonMalformed, "malformed (want v1.<key id>.<payload>.<signature>)")
 	}
 	key, ok := v.keys[parts[1]]
 	if !ok {
-		return r, fmt.Errorf("%w: signed by unknown key %q", ErrInvalid, parts[1])
+		return r, invalid(ReasonUnknownKey, "signed by unknown key %q", parts[1])
 	}
 	sig, err := base64.RawURLEncoding.DecodeString(parts[3])
 	if err != nil || !ed25519.Verify(key, []byte(parts[0]+"."+parts[1]+"."+parts[2]), sig) {
-		return r, fmt.Errorf("%w: bad signature", ErrInvalid)
+		return r, invalid(ReasonBadSignature, "bad signature")
 	}
 	payload, err := base64.RawURLEncoding.DecodeString(parts[2])
 	if err != nil || json.Unmarshal(payload, &r) != nil {
-		return r, fmt.Errorf("%w: undecodable payload", ErrInvalid)
+		return r, invalid(ReasonMalformed, "undecodable payload")
 	}
 	switch {
 	case r.CallID != call.ID:
-		return r, fmt.Errorf("%w: issued for call %q, not %q", ErrInvalid, r.CallID, call.ID)
+		return r, invalid(ReasonOtherCall, "issued for call %q, not %q", r.CallID, call.ID)
 	case r.Tool != call.Name:
-		return r, fmt.Errorf("%w: issued for tool %q, not %q", ErrInvalid, r.Tool, call.Name)
-	case r.SpecHash != "" && r.SpecHash != specHash:
-		return r, fmt.Errorf("%w: issued for spec %s, the worker serves %s", ErrInvalid, r.SpecHash, specHash)
-	case !now.Before(r.ExpiresAt):
-		return r, fmt.Errorf("%w: expired at %s", ErrInvalid, r.ExpiresAt.Format(time.RFC3339))
+		return r, invalid(ReasonOtherCall, "issued for tool %q, not %q", r.Tool, call.Name)
 	}
 	got, err := ArgumentsHash(call.Arguments)
 	if err != nil {
-		return r, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return r, invalid(ReasonArgsMismatch, "%v", err)
 	}
 	if got != r.ArgsHash {
-		return r, fmt.Errorf("%w: the arguments differ from the ones approved (hash %s, approved %s)", ErrInvalid, got, r.ArgsHash)
+		return r, invalid(ReasonArgsMismatch, "the arguments differ from the ones approved (hash %s, approved %s)", got, r.ArgsHash)
 	}
 	return r, nil
+}
+
+// Reason names why a release was refused: the label of the worker's
+// refusals metric and the reason of its refusal records.
+type Reason string
+
+// The reasons a release is refused.
+const (
+	// ReasonNoRelease: the call carries no release.
+	ReasonNoRelease Reason = "no_release"
+	// ReasonNoKeys: the worker trusts no key, so it verifies nothing.
+	ReasonNoKeys Reason = "no_keys"
+	// ReasonMalformed: the release, or the call message, cannot be read.
+	ReasonMalformed Reason = "malformed"
+	// ReasonUnknownKey: signed by a key the worker does not trust.
+	ReasonUnknownKey Reason = "unknown_key"
+	// ReasonBadSignature: the signature does not verify.
+	ReasonBadSignature Reason = "bad_signature"
+	// ReasonOtherCall: a release of another call (or tool) copied here.
+	ReasonOtherCall Reason = "other_call"
+	// ReasonArgsMismatch: the arguments are not the ones approved.
+	ReasonArgsMismatch Reason = "args_mismatch"
+	// ReasonReused: another message already used the release.
+	ReasonReused Reason = "reused"
+	// ReasonAnswered: the call already has its result (a copy of a
+	// released call replayed after the ledger lost its entry).
+	ReasonAnswered Reason = "already_answered"
+	// ReasonSpecChanged: issued for another spec version ([Verifier.Verify]).
+	ReasonSpecChanged Reason = "spec_changed"
+	// ReasonExpired: past its expiry ([Verifier.Verify]).
+	ReasonExpired Reason = "expired"
+)
+
+// InvalidError is a refused release: why, in a word and in a sentence. It
+// wraps [ErrInvalid].
+type InvalidError struct {
+	// Reason classifies the refusal.
+	Reason Reason
+	// Detail says what was wrong.
+	Detail string
+}
+
+// Error implements error.
+func (e *InvalidError) Error() string { return ErrInvalid.Error() + ": " + e.Detail }
+
+// Unwrap returns [ErrInvalid].
+func (e *InvalidError) Unwrap() error { return ErrInvalid }
+
+// Is reports whether target is an *InvalidError with the same reason, so
+// errors.Is(err, release.ErrReused) works.
+func (e *InvalidError) Is(target error) bool {
+	t, ok := target.(*InvalidError)
+	return ok && t.Reason == e.Reason
+}
+
+// ReasonOf is the reason of a refusal error, or "" when err is not one.
+func ReasonOf(err error) Reason {
+	var ie *InvalidError
+	if errors.As(err, &ie) {
+		return ie.Reason
+	}
+	return ""
+}
+
+func invalid(reason Reason, format string, args ...any) error {
+	return &InvalidError{Reason: reason, Detail: fmt.Sprintf(format, args...)}
 }

@@ -7,10 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/approval/release"
+	"github.com/windlass-dev/windlass/internal/layout"
 	"github.com/windlass-dev/windlass/internal/testserver"
 )
 
@@ -92,26 +94,31 @@ func TestSignAndVerify(t *testing.T) {
 		spec   string
 		now    time.Time
 		want   string
+		reason release.Reason
 	}{
-		{name: "no release", header: "", call: call, spec: "s1", now: now, want: "no release"},
-		{name: "garbage", header: "v1.x", call: call, spec: "s1", now: now, want: "malformed"},
-		{name: "unknown key", header: sign(good, release.NewSigner(otherKey)), call: call, spec: "s1", now: now, want: "unknown key"},
-		{name: "tampered signature", header: string(tampered), call: call, spec: "s1", now: now, want: "signature"},
-		{name: "other call", header: header, call: withCall(func(c *windlass.ToolCall) { c.ID = "c2" }), spec: "s1", now: now, want: "issued for call"},
-		{name: "other tool", header: header, call: withCall(func(c *windlass.ToolCall) { c.Name = "refund" }), spec: "s1", now: now, want: "issued for tool"},
-		{name: "other spec", header: header, call: call, spec: "s2", now: now, want: "spec"},
-		{name: "expired", header: header, call: call, spec: "s1", now: now.Add(2 * time.Minute), want: "expired"},
-		{name: "edited arguments", header: header, call: withCall(func(c *windlass.ToolCall) { c.Arguments = json.RawMessage(`{"to":"mallory","amount":5}`) }), spec: "s1", now: now, want: "arguments differ"},
+		{name: "no release", header: "", call: call, spec: "s1", now: now, want: "no release", reason: release.ReasonNoRelease},
+		{name: "garbage", header: "v1.x", call: call, spec: "s1", now: now, want: "malformed", reason: release.ReasonMalformed},
+		{name: "unknown key", header: sign(good, release.NewSigner(otherKey)), call: call, spec: "s1", now: now, want: "unknown key", reason: release.ReasonUnknownKey},
+		{name: "tampered signature", header: string(tampered), call: call, spec: "s1", now: now, want: "signature", reason: release.ReasonBadSignature},
+		{name: "other call", header: header, call: withCall(func(c *windlass.ToolCall) { c.ID = "c2" }), spec: "s1", now: now, want: "issued for call", reason: release.ReasonOtherCall},
+		{name: "other tool", header: header, call: withCall(func(c *windlass.ToolCall) { c.Name = "refund" }), spec: "s1", now: now, want: "issued for tool", reason: release.ReasonOtherCall},
+		{name: "other spec", header: header, call: call, spec: "s2", now: now, want: "spec", reason: release.ReasonSpecChanged},
+		{name: "expired", header: header, call: call, spec: "s1", now: now.Add(2 * time.Minute), want: "expired", reason: release.ReasonExpired},
+		{name: "edited arguments", header: header, call: withCall(func(c *windlass.ToolCall) { c.Arguments = json.RawMessage(`{"to":"mallory","amount":5}`) }), spec: "s1", now: now, want: "arguments differ", reason: release.ReasonArgsMismatch},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := v.Verify(tt.header, tt.call, tt.spec, tt.now)
-			if !errors.Is(err, release.ErrInvalid) || !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("Verify = %v, want ErrInvalid mentioning %q", err, tt.want)
+			if !errors.Is(err, release.ErrInvalid) || !strings.Contains(err.Error(), tt.want) || release.ReasonOf(err) != tt.reason {
+				t.Errorf("Verify = %v (reason %q), want ErrInvalid mentioning %q, reason %q", err, release.ReasonOf(err), tt.want, tt.reason)
 			}
 		})
 	}
-	if _, err := release.NewVerifier().Verify(header, call, "s1", now); !errors.Is(err, release.ErrInvalid) {
+	// Authenticate leaves the spec and the expiry to the worker.
+	if _, err := v.Authenticate(header, call); err != nil {
+		t.Errorf("Authenticate(good) = %v", err)
+	}
+	if _, err := release.NewVerifier().Verify(header, call, "s1", now); !errors.Is(err, release.ErrInvalid) || release.ReasonOf(err) != release.ReasonNoKeys {
 		t.Errorf("a verifier without keys accepted a release: %v", err)
 	}
 }
@@ -130,18 +137,71 @@ func TestParseKeyErrors(t *testing.T) {
 
 func TestLedgerMakesReleasesSingleUse(t *testing.T) {
 	t.Parallel()
-	l := release.NewLedger(testserver.StartRedis(t).Client(t), "")
-	exp := time.Now().Add(time.Minute)
-	if err := l.Claim(t.Context(), "c1", 7, exp); err != nil {
+	js, err := jetstream.New(testserver.StartNATS(t).Connect(t))
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := l.Claim(t.Context(), "c1", 7, exp); err != nil {
-		t.Errorf("a redelivery of the same message was refused: %v", err)
+	kv, err := layout.EnsureReleases(t.Context(), js, layout.StreamOptions{})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if err := l.Claim(t.Context(), "c1", 8, exp); !errors.Is(err, release.ErrReused) || !errors.Is(err, release.ErrInvalid) {
+	l := release.NewLedger(kv)
+	exp := time.Now().Add(time.Minute)
+	if fresh, err := l.Claim(t.Context(), "c1", 7, exp); err != nil || !fresh {
+		t.Fatalf("first claim: fresh=%v, %v", fresh, err)
+	}
+	if fresh, err := l.Claim(t.Context(), "c1", 7, exp); err != nil || fresh {
+		t.Errorf("a redelivery of the same message: fresh=%v, %v; want a repeated claim", fresh, err)
+	}
+	err = func() error { _, err := l.Claim(t.Context(), "c1", 8, exp); return err }()
+	if !errors.Is(err, release.ErrReused) || !errors.Is(err, release.ErrInvalid) || release.ReasonOf(err) != release.ReasonReused {
 		t.Errorf("a copy under another message was accepted: %v", err)
 	}
-	if err := l.Claim(t.Context(), "c2", 8, exp); err != nil {
-		t.Errorf("another call: %v", err)
+	if fresh, err := l.Claim(t.Context(), "c2", 8, exp); err != nil || !fresh {
+		t.Errorf("another call: fresh=%v, %v", fresh, err)
+	}
+	// A claim is kept until its release expires (and a minute more): the
+	// key carries its own TTL.
+	e, err := kv.Get(t.Context(), layout.CallToken("c1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(e.Value()) != "7" {
+		t.Errorf("the claim holds %q, want the stream sequence 7", e.Value())
+	}
+	st, err := js.Stream(t.Context(), "KV_"+layout.ReleasesBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := st.GetMsg(t.Context(), e.Revision())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ttl, err := time.ParseDuration(m.Header.Get("Nats-TTL"))
+	if err != nil || ttl < time.Minute+50*time.Second || ttl > 2*time.Minute+time.Second {
+		t.Errorf("the claim's TTL is %q (%v), want about the release's minute plus a minute", m.Header.Get("Nats-TTL"), err)
+	}
+	// The ledger lives in NATS: NATS down, it cannot say, and says so.
+}
+
+func TestMessageIDIsStableAndUnguessable(t *testing.T) {
+	t.Parallel()
+	newSigner := func() *release.Signer {
+		priv, _, _ := release.GenerateKey()
+		key, _ := release.ParsePrivateKey(priv)
+		return release.NewSigner(key)
+	}
+	a, b := newSigner(), newSigner()
+	if a.MessageID("c1") != a.MessageID("c1") {
+		t.Error("the same call got two message ids")
+	}
+	if a.MessageID("c1") == a.MessageID("c2") {
+		t.Error("two calls got one message id")
+	}
+	if a.MessageID("c1") == b.MessageID("c1") {
+		t.Error("another key gave the same message id: it does not depend on the key")
+	}
+	if id := a.MessageID("c1"); !strings.HasPrefix(id, "release:") || len(id) != len("release:")+32 || strings.Contains(id, "c1") {
+		t.Errorf("message id %q: want release: and 32 hex characters, not the call id", id)
 	}
 }

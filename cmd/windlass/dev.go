@@ -105,7 +105,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	a.extraReviewers = []approval.Reviewer{{Name: "dev", TokenSHA256: approval.HashToken(devToken)}}
 
 	w, err := worker.New(worker.Config{JetStream: js, Registry: reg, ID: "dev-worker", Logger: log, ShutdownGrace: 5 * time.Second,
-		Releases: release.NewVerifier(pubKey), Ledger: release.NewLedger(rc, *c.prefix)})
+		Releases: release.NewVerifier(pubKey)})
 	if err != nil {
 		return err
 	}

@@ -63,7 +63,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	defer stopTelemetry()
 	wcfg := worker.Config{JetStream: js, Registry: reg, ID: *id, MaxConcurrency: *concurrency,
 		AckWait: *ackWait, ShutdownGrace: *grace, Replicas: *replicas, Replace: *replace, Logger: log,
-		Releases: verifier, Ledger: release.NewLedger(rc, *c.prefix)}
+		Releases: verifier}
 	w, err := worker.New(wcfg)
 	if err != nil {
 		return err

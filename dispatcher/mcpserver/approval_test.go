@@ -62,7 +62,7 @@ func (f *fleet) startApprovals() (*approvals, worker.Config) {
 	api := httptest.NewServer(svc.Handler())
 	f.t.Cleanup(func() { api.Close(); cancel(); wg.Wait() })
 	return &approvals{t: f.t, url: api.URL, token: tok},
-		worker.Config{Releases: release.NewVerifier(pub), Ledger: release.NewLedger(f.redis.Client(f.t), "")}
+		worker.Config{Releases: release.NewVerifier(pub)}
 }
 
 // do sends an API request as alice and decodes the answer.

@@ -27,7 +27,13 @@ const (
 	EventsStream    = "WINDLASS_EVENTS"
 	CancelsStream   = "WINDLASS_CANCELS"
 	DeadStream      = "WINDLASS_DEAD"
+	RefusalsStream  = "WINDLASS_REFUSALS"
 )
+
+// ReleasesBucket is the JetStream key-value bucket of the release ledger:
+// which calls stream message first used each gated call's release (see
+// package approval/release). Its stream is "KV_" + ReleasesBucket.
+const ReleasesBucket = "WINDLASS_RELEASES"
 
 // Subject roots.
 const (
@@ -37,6 +43,7 @@ const (
 	eventPrefix    = "windlass.event."
 	cancelPrefix   = "windlass.cancel."
 	deadPrefix     = "windlass.dead."
+	refusedPrefix  = "windlass.refused."
 )
 
 // Header names on call and result messages.
@@ -132,6 +139,19 @@ const DeadSubjects = deadPrefix + "*"
 
 // DeadMsgID is the Nats-Msg-Id of a dead call's record.
 func DeadMsgID(callID string) string { return "dead:" + callID }
+
+// RefusalSubject is the subject of the refusal records of a tool:
+// windlass.refused.<tool>. A worker records there every message on the
+// tool's call subject it dropped without answering (a gated call without
+// a valid release), for operators.
+func RefusalSubject(tool string) string { return refusedPrefix + tool }
+
+// RefusalSubjects is the refusals stream's subject filter.
+const RefusalSubjects = refusedPrefix + "*"
+
+// RefusalMsgID is the Nats-Msg-Id of the refusal record of the calls
+// stream's message seq: a redelivery of that message is recorded once.
+func RefusalMsgID(seq uint64) string { return fmt.Sprintf("refused:%d", seq) }
 
 // CancelMsgID is the Nats-Msg-Id of a call's cancellation.
 func CancelMsgID(callID string) string { return "cancel:" + callID }
@@ -275,9 +295,71 @@ func DeadConfig(o StreamOptions) jetstream.StreamConfig {
 	}
 }
 
+// RefusalsConfig is the refusals stream: the messages workers dropped
+// without answering (forged or replayed gated calls), kept as long as dead
+// calls, and at most MaxRefusals of them, oldest dropped first, so that a
+// flood of forgeries cannot fill the disk.
+func RefusalsConfig(o StreamOptions) jetstream.StreamConfig {
+	o = o.withDefaults()
+	return jetstream.StreamConfig{
+		Name:        RefusalsStream,
+		Description: "Windlass refusals: messages on call subjects dropped unanswered (no valid release), by tool",
+		Subjects:    []string{RefusalSubjects},
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     o.Storage,
+		Replicas:    o.Replicas,
+		MaxAge:      o.DeadMaxAge,
+		MaxMsgs:     MaxRefusals,
+		Discard:     jetstream.DiscardOld,
+		Duplicates:  o.Duplicates,
+		AllowDirect: true,
+	}
+}
+
+// MaxRefusals bounds the refusals stream.
+const MaxRefusals = 100_000
+
 // AllStreams is the configuration of every stream of the fleet.
 func AllStreams(o StreamOptions) []jetstream.StreamConfig {
-	return []jetstream.StreamConfig{CallsConfig(o), ResultsConfig(o), ApprovalsConfig(o), EventsConfig(o), CancelsConfig(o), DeadConfig(o)}
+	return []jetstream.StreamConfig{CallsConfig(o), ResultsConfig(o), ApprovalsConfig(o), EventsConfig(o), CancelsConfig(o), DeadConfig(o), RefusalsConfig(o)}
+}
+
+// ReleasesConfig is the release ledger's bucket: one key per gated call
+// (its token), each kept until its release expires (a per-key TTL, which
+// needs the limit markers), replicated like the streams.
+func ReleasesConfig(o StreamOptions) jetstream.KeyValueConfig {
+	o = o.withDefaults()
+	return jetstream.KeyValueConfig{
+		Bucket:         ReleasesBucket,
+		Description:    "Windlass release ledger: the calls stream message that used each gated call's release",
+		History:        1,
+		Storage:        o.Storage,
+		Replicas:       o.Replicas,
+		LimitMarkerTTL: time.Minute,
+	}
+}
+
+// EnsureReleases returns the release ledger's bucket, creating it when it
+// is missing (like [EnsureStreams], it never changes an existing one).
+func EnsureReleases(ctx context.Context, js jetstream.JetStream, o StreamOptions) (jetstream.KeyValue, error) {
+	var err error
+	for attempt := 1; attempt <= ensureAttempts; attempt++ {
+		var kv jetstream.KeyValue
+		kv, err = js.KeyValue(ctx, ReleasesBucket)
+		if errors.Is(err, jetstream.ErrBucketNotFound) {
+			kv, err = js.CreateKeyValue(ctx, ReleasesConfig(o))
+			if errors.Is(err, jetstream.ErrBucketExists) || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+				kv, err = js.KeyValue(ctx, ReleasesBucket) // another process created it first
+			}
+		}
+		if err == nil {
+			return kv, nil
+		}
+		if !errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, fmt.Errorf("layout: ensure bucket %s: %w", ReleasesBucket, err)
 }
 
 // EnsureStreams creates each stream that is missing. A stream that exists

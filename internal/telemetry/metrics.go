@@ -21,6 +21,7 @@ const (
 	MetricWorkerDuration     = "windlass.worker.execution.duration"
 	MetricWorkerQueueWait    = "windlass.worker.queue_wait"
 	MetricWorkerInFlight     = "windlass.worker.calls.in_flight"
+	MetricWorkerRefusals     = "windlass.worker.refusals"
 	MetricApprovalsHeld      = "windlass.approval.held"
 	MetricApprovalDecision   = "windlass.approval.decision.duration"
 	MetricWebhookDeliveries  = "windlass.approval.webhook.deliveries"
@@ -127,6 +128,7 @@ type WorkerMetrics struct {
 	duration  metric.Float64Histogram
 	queueWait metric.Float64Histogram
 	inFlight  metric.Int64UpDownCounter
+	refusals  metric.Int64Counter
 }
 
 // NewWorkerMetrics creates a worker's instruments on mp (nil: the global
@@ -145,7 +147,17 @@ func NewWorkerMetrics(mp metric.MeterProvider) *WorkerMetrics {
 			metric.WithDescription("Time from a call's publish (JetStream's timestamp) to the start of its execution."))),
 		inFlight: must(m.Int64UpDownCounter(MetricWorkerInFlight, metric.WithUnit("{call}"),
 			metric.WithDescription("Calls running in this worker."))),
+		refusals: must(m.Int64Counter(MetricWorkerRefusals, metric.WithUnit("{message}"),
+			metric.WithDescription("Messages on a tool's call subject dropped without running or answering them (a gated call without a valid release), by tool and reason."))),
 	}
+}
+
+// Refused counts a message dropped unanswered, for reason. Nil-safe.
+func (m *WorkerMetrics) Refused(ctx context.Context, tool, reason string) {
+	if m == nil {
+		return
+	}
+	m.refusals.Add(ctx, 1, metric.WithAttributes(Tool.String(tool), Reason.String(reason)))
 }
 
 // Started records a call starting after waiting since published, and

@@ -38,6 +38,9 @@ const (
 	// Decision is how a held call ended: approved, rejected, expired,
 	// canceled.
 	Decision = attribute.Key("decision")
+	// Reason is why a worker refused a message (no_release, bad_signature,
+	// reused, …): release.Reason.
+	Reason = attribute.Key("reason")
 	// CallID is the call id on the approval hold's span.
 	CallID = attribute.Key("windlass.call.id")
 )

@@ -1,0 +1,82 @@
+// Package streamread reads one message of a fleet stream the way every
+// component must: each request bounded in time, and a "none" from a
+// replica confirmed by the stream's leader before anyone acts on it.
+//
+// Direct gets (the fast path) may be answered by any replica, including
+// one still catching up after a leader change; "the call has no result"
+// from such a replica is not a fact. A worker about to run a gated call
+// again, or a dispatcher about to tell a caller that a call is unknown,
+// asks the leader.
+package streamread
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Timeout bounds one read of a stream. A request whose reply was lost (sent
+// as the server went down, or before its streams were back after a
+// restart) otherwise waits out the caller's whole context, which for a
+// call is its deadline: seen as a call refused after 90 s in the NATS
+// restart fault test.
+const Timeout = 2 * time.Second
+
+// First returns the first message on subject in stream s, or an error
+// wrapping jetstream.ErrMsgNotFound when the stream's leader says there is
+// none. nc is the connection s was opened on.
+func First(ctx context.Context, nc *nats.Conn, s jetstream.Stream, subject string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, Timeout)
+	defer cancel()
+	m, err := s.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subject))
+	if err == nil {
+		return m.Data, nil
+	}
+	if !errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, err
+	}
+	return leaderFirst(ctx, nc, s.CachedInfo().Config.Name, subject)
+}
+
+// leaderFirst reads the first message on subject from stream through the
+// stream leader's message API, never a replica's direct get.
+func leaderFirst(ctx context.Context, nc *nats.Conn, stream, subject string) ([]byte, error) {
+	req, err := json.Marshal(struct {
+		Seq     uint64 `json:"seq"`
+		NextFor string `json:"next_by_subj"`
+	}{1, subject})
+	if err != nil {
+		return nil, err
+	}
+	m, err := nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, req)
+	if err != nil {
+		return nil, err
+	}
+	var resp struct {
+		Message *struct {
+			Data []byte `json:"data"`
+		} `json:"message"`
+		Error *struct {
+			Code    int    `json:"code"`
+			ErrCode int    `json:"err_code"`
+			Message string `json:"description"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(m.Data, &resp); err != nil {
+		return nil, fmt.Errorf("stream %s: message get reply: %w", stream, err)
+	}
+	switch {
+	case resp.Error != nil && resp.Error.Code == 404:
+		return nil, jetstream.ErrMsgNotFound
+	case resp.Error != nil:
+		return nil, fmt.Errorf("stream %s: message get: %s (%d)", stream, resp.Error.Message, resp.Error.ErrCode)
+	case resp.Message == nil:
+		return nil, fmt.Errorf("stream %s: message get: empty reply", stream)
+	}
+	return resp.Message.Data, nil
+}

@@ -1,0 +1,67 @@
+package worker
+
+import (
+	"encoding/json"
+	"fmt"
+	"unicode/utf8"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/windlass-dev/windlass"
+)
+
+// What a worker publishes must fit the NATS server's max payload (1 MiB by
+// default). A tool's result that does not is answered result_too_large:
+// the tool ran and finished, and running it again would give the same
+// result, so the call is answered and acked, never left for redelivery.
+// Texts of events and records (progress, a retrying error, a dead call's
+// error, a refusal's detail) are cut instead: they are advice, and must
+// neither fail a call nor fill a stream.
+
+// maxEventText bounds each text of an event or record a worker publishes.
+const maxEventText = 16 << 10
+
+// truncate cuts s to at most n bytes, on a character boundary, ending it
+// with a marker that says how much was cut.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	marker := fmt.Sprintf("… [truncated: %d bytes in all]", len(s))
+	cut := max(n-len(marker), 0)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + marker
+}
+
+// messageSize is how many bytes of the server's max payload m takes: its
+// data and its encoded headers.
+func messageSize(m *nats.Msg) int {
+	n := len(m.Data)
+	if len(m.Header) > 0 {
+		n += len("NATS/1.0\r\n\r\n")
+		for k, vs := range m.Header {
+			for _, v := range vs {
+				n += len(k) + len(v) + len(": \r\n")
+			}
+		}
+	}
+	return n
+}
+
+// tooLarge is the answer that replaces a result of size bytes, over limit:
+// result_too_large, with the attempt's facts (worker, attempt, start,
+// duration) kept. It returns the answer and its encoding.
+func (w *Worker) tooLarge(result windlass.ToolResult, size int, limit int64) (windlass.ToolResult, []byte) {
+	text := fmt.Sprintf("Tool %q ran and finished (attempt %d), but its result is %d bytes encoded, over the fleet's limit of %d bytes (the NATS server's max payload), so it cannot be delivered. The call is not run again; have the tool return less, or a reference to the data.",
+		result.Name, result.Attempt, size, limit)
+	if result.IsError {
+		text = fmt.Sprintf("Tool %q failed (attempt %d), and its error is %d bytes encoded, over the fleet's limit of %d bytes (the NATS server's max payload). The error begins: %s",
+			result.Name, result.Attempt, size, limit, truncate(result.Content, 1<<10))
+	}
+	answer := windlass.ErrorResult(windlass.ToolCall{ID: result.CallID, Name: result.Name}, windlass.CodeResultTooLarge, text)
+	answer.Worker, answer.Attempt, answer.StartedAt, answer.DurationMS = result.Worker, result.Attempt, result.StartedAt, result.DurationMS
+	data, _ := json.Marshal(answer) // plain strings and numbers: it encodes
+	return answer, data
+}
