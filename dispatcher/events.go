@@ -37,11 +37,18 @@ func (d *Dispatcher) publishQueued(ctx context.Context, call windlass.ToolCall, 
 	}
 }
 
-// lastEvent reads a call's latest event of one kind; false when there is
-// none or the stream cannot say.
-func (d *Dispatcher) lastEvent(ctx context.Context, callID string, kind windlass.EventKind) (windlass.Event, bool) {
+// lastEvent reads a call's latest event of one kind: false when the
+// stream has none, an error when it cannot say (NATS down or restarting,
+// the stream not recovered yet), which is never "none".
+func (d *Dispatcher) lastEvent(ctx context.Context, callID string, kind windlass.EventKind) (windlass.Event, bool, error) {
 	e, err := d.readEvent(ctx, callID, kind)
-	return e, err == nil
+	switch {
+	case err == nil:
+		return e, true, nil
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return windlass.Event{}, false, nil
+	}
+	return windlass.Event{}, false, fmt.Errorf("dispatcher: read the %s event of %q: %w", kind, callID, err)
 }
 
 // readEvent reads a call's latest event of one kind, in one request bounded
@@ -200,7 +207,9 @@ func (d *Dispatcher) Watch(ctx context.Context, callID string) iter.Seq2[windlas
 					}
 				}
 				if !o.queuedDone {
-					if q, ok := d.lastEvent(ctx, callID, windlass.EventQueued); ok && !o.emit(q) {
+					// Best effort: a queued event that cannot be read now
+					// is left out, not waited for.
+					if q, ok, _ := d.lastEvent(ctx, callID, windlass.EventQueued); ok && !o.emit(q) {
 						return
 					}
 				}

@@ -70,8 +70,19 @@ type ErrorBody struct {
 	Result *windlass.ToolResult `json:"result,omitempty"`
 }
 
-// writeError answers code's status with an error body.
+// retryAfter is the Retry-After (seconds) of the codes a client should
+// simply try again: unavailable (NATS down or restarting, which takes
+// seconds).
+var retryAfter = map[windlass.ErrorCode]string{
+	windlass.CodeUnavailable: "2",
+}
+
+// writeError answers code's status with an error body, and a Retry-After
+// for the codes that have one.
 func writeError(w http.ResponseWriter, code windlass.ErrorCode, message string) {
+	if s, ok := retryAfter[code]; ok {
+		w.Header().Set("Retry-After", s)
+	}
 	writeJSON(w, HTTPStatus(code), ErrorBody{Error: windlass.CallError{Code: code, Message: message}})
 }
 
