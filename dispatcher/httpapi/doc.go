@@ -17,7 +17,9 @@
 // smallest of wait_ms, [Config.MaxWait] (60 s) and timeout_ms, and answers
 // 200 with the finished call; past that bound, or at once with "async":
 // true, it answers 202 with the call's URL in Location, to poll or follow.
-// A caller's own id makes the submit idempotent: the same id is the same
+// timeout_ms and wait_ms are at most [MaxDurationMS] (about 292 years, the
+// longest time.Duration); more is refused 400, never taken as another
+// deadline. A caller's own id makes the submit idempotent: the same id is the same
 // call, run once.
 //
 // A tool's failure is a result, not an HTTP error: 200, with "is_error"
