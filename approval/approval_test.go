@@ -754,3 +754,88 @@ func TestCallCanceledBeforeIntake(t *testing.T) {
 		t.Errorf("calls stream %d -> %d, runs %d: the canceled call was released", seqBefore, seq, f.runs.Load())
 	}
 }
+
+// TestRequestHeaders checks how the API reads Content-Type and
+// Authorization: a decision's Content-Type is the media type
+// application/json (in any case, parameters allowed), not anything that
+// starts with it; the Bearer scheme is case-insensitive (RFC 7235). A
+// decision that passes the checks is sent with a wrong args_hash, so it
+// gets 412 and leaves the call pending.
+func TestRequestHeaders(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, nil)
+	id := f.submit(payArgs{To: "bob", Amount: 1})
+	f.held(id)
+	send := func(method, path, contentType, authorization, body string) int {
+		t.Helper()
+		req, err := http.NewRequestWithContext(t.Context(), method, f.api.URL+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if contentType != "" {
+			req.Header.Set("Content-Type", contentType)
+		}
+		if authorization != "" {
+			req.Header.Set("Authorization", authorization)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return resp.StatusCode
+	}
+
+	contentTypes := []struct {
+		contentType string
+		want        int
+	}{
+		{"application/json", http.StatusPreconditionFailed},
+		{"application/json; charset=utf-8", http.StatusPreconditionFailed},
+		{"application/json ; charset=UTF-8", http.StatusPreconditionFailed},
+		{"Application/JSON", http.StatusPreconditionFailed},
+		{"APPLICATION/JSON; charset=utf-8", http.StatusPreconditionFailed},
+		{"application/jsonx", http.StatusUnsupportedMediaType},
+		{"application/json-seq", http.StatusUnsupportedMediaType},
+		{"application/json;", http.StatusPreconditionFailed}, // an empty parameter list; the media type is JSON
+		{"application/json; charset", http.StatusUnsupportedMediaType},
+		{"text/plain", http.StatusUnsupportedMediaType},
+		{"application/x-www-form-urlencoded", http.StatusUnsupportedMediaType},
+		{"", http.StatusUnsupportedMediaType},
+	}
+	for _, tc := range contentTypes {
+		t.Run("ContentType="+tc.contentType, func(t *testing.T) {
+			if got := send("POST", "/v1/approvals/"+id+"/approve", tc.contentType, "Bearer "+f.tokens["alice"], `{"args_hash":"not-what-alice-saw"}`); got != tc.want {
+				t.Errorf("Content-Type %q: %d, want %d", tc.contentType, got, tc.want)
+			}
+		})
+	}
+
+	tok := f.tokens["bob"]
+	authorizations := []struct {
+		name, authorization string
+		want                int
+	}{
+		{"Bearer", "Bearer " + tok, http.StatusOK},
+		{"LowerCase", "bearer " + tok, http.StatusOK},
+		{"UpperCase", "BEARER " + tok, http.StatusOK},
+		{"MixedCase", "bEaReR " + tok, http.StatusOK},
+		{"ExtraSpaces", "Bearer   " + tok + " ", http.StatusOK},
+		{"NoSpace", "Bearer" + tok, http.StatusUnauthorized},
+		{"Basic", "Basic " + tok, http.StatusUnauthorized},
+		{"NoScheme", tok, http.StatusUnauthorized},
+		{"SchemeOnly", "Bearer", http.StatusUnauthorized},
+		{"WrongToken", "bearer wlr_wrong", http.StatusUnauthorized},
+	}
+	for _, tc := range authorizations {
+		t.Run("Authorization="+tc.name, func(t *testing.T) {
+			if got := send("GET", "/v1/approvals/"+id, "", tc.authorization, ""); got != tc.want {
+				t.Errorf("Authorization %q: %d, want %d", tc.name, got, tc.want)
+			}
+		})
+	}
+	if f.held(id).Status != approval.StatusPending {
+		t.Error("a header test decided the call")
+	}
+}

@@ -3,13 +3,16 @@ package approval
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
+	"mime"
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 	"sync"
 
 	"golang.org/x/time/rate"
+
+	"github.com/windlass-dev/windlass/internal/bearer"
 )
 
 // Handler returns the service's HTTP API (JSON) and its reference dashboard:
@@ -21,9 +24,10 @@ import (
 //	GET  /v1/audit?limit=N                                         the audit log
 //	GET  /                                                         the dashboard page
 //
-// Every /v1 request needs "Authorization: Bearer <reviewer token>"; there is
-// no anonymous access. Decisions must be JSON (Content-Type
-// application/json), which a cross-site form cannot send, and a request
+// Every /v1 request needs "Authorization: Bearer <reviewer token>" (the
+// scheme in any case); there is no anonymous access. Decisions must be JSON
+// (the media type application/json, parameters such as charset allowed),
+// which a cross-site form cannot send, and a request
 // whose Origin header names another host is refused; decisions are rate
 // limited per reviewer. Errors are {"error":{"code","message"}} with the
 // status codes of the package's errors: 400, 401, 403, 404, 409 (with the
@@ -52,9 +56,9 @@ func (s *Service) authed(h reviewerHandler) http.HandlerFunc {
 				return
 			}
 		}
-		token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		name, valid := s.auth.reviewer(strings.TrimSpace(token))
-		if !ok || !valid {
+		token, _ := bearer.FromRequest(r) // the scheme in any case (RFC 7235)
+		name, valid := s.auth.reviewer(token)
+		if !valid {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="windlass-approval"`)
 			writeError(w, http.StatusUnauthorized, "unauthorized", "a valid reviewer bearer token is required")
 			return
@@ -142,8 +146,12 @@ func (s *Service) handleAudit(w http.ResponseWriter, r *http.Request, _ string) 
 
 // decodeBody reads a JSON decision body of at most 1 MiB.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
-	if ct := r.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
-		writeError(w, http.StatusUnsupportedMediaType, "unsupported_media_type", "decisions must be sent as application/json")
+	// The media type, in any case, with any parameters (charset=utf-8);
+	// not a prefix: application/jsonx is not JSON.
+	ct := r.Header.Get("Content-Type")
+	if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+		writeError(w, http.StatusUnsupportedMediaType, "unsupported_media_type",
+			fmt.Sprintf("Content-Type %q: decisions must be sent as application/json (parameters such as charset=utf-8 allowed)", ct))
 		return false
 	}
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))

@@ -38,7 +38,9 @@ func (e *FinishedError) Error() string {
 // finish anyway, is dropped as the call's second result.
 //
 // A call that already has its result returns a *[FinishedError]; an id the
-// fleet never accepted returns [ErrUnknownCall].
+// fleet never accepted returns [ErrUnknownCall]; when the streams cannot
+// say which (NATS down or restarting), the error wraps [ErrUnavailable]
+// and nothing was canceled.
 func (d *Dispatcher) Cancel(ctx context.Context, callID, reason string) error {
 	if err := windlass.ValidateCallID(callID); err != nil {
 		return fmt.Errorf("dispatcher: cancel: %w", err)
@@ -46,11 +48,18 @@ func (d *Dispatcher) Cancel(ctx context.Context, callID, reason string) error {
 	if d.closed.Load() {
 		return ErrClosed
 	}
-	if r, err := d.Result(ctx, callID); err == nil {
+	r, err := d.Result(ctx, callID)
+	switch {
+	case err == nil:
 		return &FinishedError{Result: r}
+	case !errors.Is(err, ErrNoResult):
+		return fmt.Errorf("%w: cancel %q: %w", ErrUnavailable, callID, err)
 	}
-	queued, ok := d.lastEvent(ctx, callID, windlass.EventQueued)
-	if !ok {
+	queued, ok, err := d.lastEvent(ctx, callID, windlass.EventQueued)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w: cancel %q: %w", ErrUnavailable, callID, err)
+	case !ok:
 		return fmt.Errorf("%w: %q", ErrUnknownCall, callID)
 	}
 	data, err := json.Marshal(windlass.Cancellation{CallID: callID, Reason: reason, At: time.Now()})
@@ -65,7 +74,7 @@ func (d *Dispatcher) Cancel(ctx context.Context, callID, reason string) error {
 	// Answer the caller now. The results stream keeps one answer per call
 	// id: if the tool's result was published in the meantime, this one is
 	// dropped as a duplicate, and the first answer stands.
-	r := windlass.ResultFromError(windlass.ToolCall{ID: callID, Name: queued.Tool}, windlass.CancelCause(reason))
+	r = windlass.ResultFromError(windlass.ToolCall{ID: callID, Name: queued.Tool}, windlass.CancelCause(reason))
 	res, err := json.Marshal(r)
 	if err != nil {
 		return fmt.Errorf("dispatcher: cancel %q: %w", callID, err)

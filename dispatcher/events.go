@@ -37,11 +37,18 @@ func (d *Dispatcher) publishQueued(ctx context.Context, call windlass.ToolCall, 
 	}
 }
 
-// lastEvent reads a call's latest event of one kind; false when there is
-// none or the stream cannot say.
-func (d *Dispatcher) lastEvent(ctx context.Context, callID string, kind windlass.EventKind) (windlass.Event, bool) {
+// lastEvent reads a call's latest event of one kind: false when the
+// stream has none, an error when it cannot say (NATS down or restarting,
+// the stream not recovered yet), which is never "none".
+func (d *Dispatcher) lastEvent(ctx context.Context, callID string, kind windlass.EventKind) (windlass.Event, bool, error) {
 	e, err := d.readEvent(ctx, callID, kind)
-	return e, err == nil
+	switch {
+	case err == nil:
+		return e, true, nil
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return windlass.Event{}, false, nil
+	}
+	return windlass.Event{}, false, fmt.Errorf("dispatcher: read the %s event of %q: %w", kind, callID, err)
 }
 
 // readEvent reads a call's latest event of one kind, in one request bounded
@@ -101,6 +108,11 @@ func (d *Dispatcher) submittedBefore(ctx context.Context, callID string) bool {
 //
 // Progress events are the latest report at each of the worker's
 // heartbeats, not every report the tool made.
+//
+// A Watch holds one consumer of the events stream on the NATS server,
+// deleted when the sequence ends, whatever ends it (the result, an error,
+// ctx, the caller's break); should the process die first, the server drops
+// it after 30 s without a pull.
 func (d *Dispatcher) Watch(ctx context.Context, callID string) iter.Seq2[windlass.Event, error] {
 	return func(yield func(windlass.Event, error) bool) {
 		if err := windlass.ValidateCallID(callID); err != nil {
@@ -118,11 +130,18 @@ func (d *Dispatcher) Watch(ctx context.Context, callID string) iter.Seq2[windlas
 			seq uint64
 		}
 		events := make(chan stored, 64)
-		cons, err := d.events.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{layout.EventsOfCall(callID)}})
+		cons, err := d.events.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+			FilterSubjects:    []string{layout.EventsOfCall(callID)},
+			InactiveThreshold: watchInactive,
+		})
 		if err != nil {
 			yield(windlass.Event{}, fmt.Errorf("dispatcher: watch %q: %w", callID, err))
 			return
 		}
+		// Runs after the consuming stopped (the defer below), so the name
+		// is the consumer's last: an ordered consumer recreates itself
+		// under a new name on a reset.
+		defer d.deleteWatchConsumer(ctx, callID, cons)
 		cc, err := cons.Consume(func(m jetstream.Msg) {
 			var s stored
 			if meta, err := m.Metadata(); err == nil {
@@ -133,7 +152,7 @@ func (d *Dispatcher) Watch(ctx context.Context, callID string) iter.Seq2[windlas
 			case events <- s:
 			case <-ctx.Done():
 			}
-		})
+		}, jetstream.PullExpiry(watchPullExpiry))
 		if err != nil {
 			yield(windlass.Event{}, fmt.Errorf("dispatcher: watch %q: %w", callID, err))
 			return
@@ -200,7 +219,9 @@ func (d *Dispatcher) Watch(ctx context.Context, callID string) iter.Seq2[windlas
 					}
 				}
 				if !o.queuedDone {
-					if q, ok := d.lastEvent(ctx, callID, windlass.EventQueued); ok && !o.emit(q) {
+					// Best effort: a queued event that cannot be read now
+					// is left out, not waited for.
+					if q, ok, _ := d.lastEvent(ctx, callID, windlass.EventQueued); ok && !o.emit(q) {
 						return
 					}
 				}
@@ -230,6 +251,31 @@ const (
 	watchCatchUp = 2 * time.Second
 	queuedGrace  = time.Second
 )
+
+// A watch's consumer is deleted when Watch returns; watchInactive is the
+// server's backstop for a process that dies first (the library's default
+// is 5 minutes, long enough for a busy API to pile up thousands of
+// consumers). The consumer counts as active while it has a pull request
+// waiting, and Watch renews its request every watchPullExpiry, well within.
+const (
+	watchInactive   = 30 * time.Second
+	watchPullExpiry = 10 * time.Second
+)
+
+// deleteWatchConsumer deletes the server's consumer of a watch, under its
+// current name, even when ctx has ended (a client gone), within
+// lookupTimeout. A failure (NATS down) is left to watchInactive.
+func (d *Dispatcher) deleteWatchConsumer(ctx context.Context, callID string, cons jetstream.Consumer) {
+	info := cons.CachedInfo()
+	if info == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lookupTimeout)
+	defer cancel()
+	if err := d.events.DeleteConsumer(ctx, info.Name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		d.cfg.Logger.Debug("dispatcher: watch: could not delete the consumer; the server drops it once inactive", "call_id", callID, "consumer", info.Name, "error", err)
+	}
+}
 
 // eventOrder yields a call's events with its queued event first. The
 // dispatcher publishes queued after the calls stream accepted the call, so

@@ -82,36 +82,67 @@ type CallStatus struct {
 	Approval *Approval `json:"approval,omitempty"`
 }
 
+// ErrUnavailable is wrapped by the errors of [Dispatcher.Status] and
+// [Dispatcher.Cancel] when the fleet's streams (or the approval service)
+// cannot be read: the call may well exist, and asking again later may
+// answer. It is never the answer for a call known not to exist, which is
+// [StateUnknown] or [ErrUnknownCall].
+var ErrUnavailable = errors.New("dispatcher: unavailable, try again")
+
 // Status reports a call's latest known state, from any dispatcher
 // instance: its result when it has one; else its latest events (queued,
 // started, progress, retrying) and what the approval service knows of it.
+// [StateUnknown] means every source answered and none knows the call;
+// when one cannot be read (NATS down or restarting, a stream not
+// recovered yet), the error wraps [ErrUnavailable].
 func (d *Dispatcher) Status(ctx context.Context, callID string) (CallStatus, error) {
 	st := CallStatus{ID: callID, State: StateUnknown}
+	if err := windlass.ValidateCallID(callID); err != nil {
+		return st, fmt.Errorf("dispatcher: status: %w", err)
+	}
+	unavailable := func(err error) (CallStatus, error) {
+		return CallStatus{ID: callID, State: StateUnknown}, fmt.Errorf("%w: status of %q: %w", ErrUnavailable, callID, err)
+	}
 	r, err := d.Result(ctx, callID)
 	switch {
 	case err == nil:
 		st.State, st.Result, st.Tool, st.Attempt, st.Worker, st.StartedAt = StateFinished, &r, r.Name, r.Attempt, r.Worker, r.StartedAt
 		return st, nil
 	case !errors.Is(err, ErrNoResult):
-		return st, err
+		return unavailable(err)
 	}
-	if q, ok := d.lastEvent(ctx, callID, windlass.EventQueued); ok {
+	q, hasQueued, err := d.lastEvent(ctx, callID, windlass.EventQueued)
+	if err != nil {
+		return unavailable(err)
+	}
+	if hasQueued {
 		st.State, st.Tool, st.QueuedAt, st.Deadline = StateQueued, q.Tool, q.Time, q.Deadline
 	}
-	started, hasStarted := d.lastEvent(ctx, callID, windlass.EventStarted)
+	started, hasStarted, err := d.lastEvent(ctx, callID, windlass.EventStarted)
+	if err != nil {
+		return unavailable(err)
+	}
 	if hasStarted {
 		st.State, st.Tool, st.Attempt, st.Worker, st.StartedAt = StateRunning, started.Tool, started.Attempt, started.Worker, started.Time
-		if p, ok := d.lastEvent(ctx, callID, windlass.EventProgress); ok && p.Attempt == started.Attempt {
+		p, ok, err := d.lastEvent(ctx, callID, windlass.EventProgress)
+		if err != nil {
+			return unavailable(err)
+		}
+		if ok && p.Attempt == started.Attempt {
 			st.Progress = p.Progress
 		}
-		if rt, ok := d.lastEvent(ctx, callID, windlass.EventRetrying); ok && rt.Attempt >= started.Attempt {
+		rt, ok, err := d.lastEvent(ctx, callID, windlass.EventRetrying)
+		if err != nil {
+			return unavailable(err)
+		}
+		if ok && rt.Attempt >= started.Attempt {
 			st.State, st.LastError, st.RetryAt = StateRetrying, rt.Error, rt.RetryAt
 		}
 		return st, nil
 	}
 	approval, err := d.askApproval(ctx, callID)
 	if err != nil {
-		return st, err
+		return unavailable(err)
 	}
 	if approval != nil {
 		st.Approval = approval

@@ -63,6 +63,8 @@ func runCancel(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	err = d.Cancel(ctx, id, *reason)
 	var finished *dispatcher.FinishedError
 	switch {
+	case errors.Is(err, dispatcher.ErrUnavailable):
+		return fmt.Errorf("cancel %s: nothing canceled; the fleet cannot say whether the call exists right now (NATS down or restarting?): %w", id, err)
 	case errors.Is(err, dispatcher.ErrUnknownCall):
 		return &exitError{code: 1, err: fmt.Errorf("cancel %s: the fleet has no record of this call (never accepted, or past the retention window): %w", id, err)}
 	case errors.As(err, &finished):
@@ -202,7 +204,10 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	defer closeAll()
 	st, err := d.Status(ctx, id)
-	if err != nil {
+	switch {
+	case errors.Is(err, dispatcher.ErrUnavailable):
+		return fmt.Errorf("status %s: the fleet cannot say where the call stands right now (NATS down or restarting?): %w", id, err)
+	case err != nil:
 		return fmt.Errorf("status %s: %w", id, err)
 	}
 	if *asJSON {

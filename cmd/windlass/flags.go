@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -38,6 +39,9 @@ func newFlags(name, synopsis string, stderr io.Writer) *flag.FlagSet {
 // parseArgs parses flags wherever they stand among the positional
 // arguments (`call add '{}' --timeout 2s` as well as `call --timeout 2s add
 // '{}'`) and returns the positional ones. "--" ends the flags.
+//
+// A flag's environment variable that is set but could not be used (not a
+// duration) is an error too: never silently the default.
 func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 	var positional []string
 	for {
@@ -46,14 +50,29 @@ func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 		}
 		rest := fs.Args()
 		if len(rest) == 0 {
-			return positional, nil
+			return positional, envErrors(fs)
 		}
 		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
-			return append(positional, rest...), nil
+			return append(positional, rest...), envErrors(fs)
 		}
 		positional = append(positional, rest[0])
 		args = rest[1:]
 	}
+}
+
+// envErrors reports the flags whose environment variable could not be
+// used, as a usage error (exit code 2).
+func envErrors(fs *flag.FlagSet) error {
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		if v, ok := f.Value.(interface{ envError() error }); ok && v.envError() != nil {
+			errs = append(errs, fmt.Errorf("--%s: %w", f.Name, v.envError()))
+		}
+	})
+	if len(errs) == 0 {
+		return nil
+	}
+	return &exitError{code: 2, err: errors.Join(errs...)}
 }
 
 // env names the environment variable of a flag.
@@ -65,12 +84,42 @@ func stringFlag(fs *flag.FlagSet, name, def, usage string) *string {
 	return fs.String(name, cmp.Or(os.Getenv(env(name)), def), usage+" ($"+env(name)+")")
 }
 
+// durationFlag is a duration flag whose default is its environment
+// variable's value when set. A value that is not a duration, or is past
+// the longest one (about 292 years), is an error naming the flag or the
+// variable and the rule; parseArgs reports a bad variable.
 func durationFlag(fs *flag.FlagSet, name string, def time.Duration, usage string) *time.Duration {
-	if v, err := time.ParseDuration(os.Getenv(env(name))); err == nil {
-		def = v
+	v := &durationValue{d: def}
+	if s := os.Getenv(env(name)); s != "" {
+		if err := v.Set(s); err != nil {
+			v.envErr = fmt.Errorf("$%s %q: %w", env(name), s, err)
+		}
 	}
-	return fs.Duration(name, def, usage+" ($"+env(name)+")")
+	fs.Var(v, name, usage+" ($"+env(name)+"; a `duration` such as 30s or 1h30m)")
+	return &v.d
 }
+
+// durationValue is the flag.Value of durationFlag.
+type durationValue struct {
+	d      time.Duration
+	envErr error // the environment variable's value is no duration
+}
+
+// Set implements flag.Value, with an error that says what a duration is.
+func (v *durationValue) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("want a duration such as 30s, 5m or 1h30m, at most %s", time.Duration(math.MaxInt64))
+	}
+	v.d, v.envErr = d, nil // a flag given overrides its variable
+	return nil
+}
+
+// String implements flag.Value.
+func (v *durationValue) String() string { return v.d.String() }
+
+// envError reports a flag's environment variable that could not be used.
+func (v *durationValue) envError() error { return v.envErr }
 
 func intFlag(fs *flag.FlagSet, name string, def int, usage string) *int {
 	if v, err := strconv.Atoi(os.Getenv(env(name))); err == nil {

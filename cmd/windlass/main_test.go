@@ -88,3 +88,42 @@ func TestEventLine(t *testing.T) {
 		}
 	}
 }
+
+// TestDurationsPastTheLongest gives duration flags, and their environment
+// variables, values that are no duration or past the longest one: each is
+// refused, naming the flag or variable and the rule, never silently the
+// default (a bad variable used to be ignored).
+func TestDurationsPastTheLongest(t *testing.T) {
+	t.Setenv("WINDLASS_NATS_URL", "nats://127.0.0.1:1")
+	t.Setenv("WINDLASS_REDIS_URL", "redis://127.0.0.1:1/0")
+	cases := []struct {
+		name, env, value string
+		args             []string
+		want             []string // in the error
+	}{
+		{"EnvPastMax", "WINDLASS_TIMEOUT", "3000000h", []string{"call", "add", "{}"}, []string{"$WINDLASS_TIMEOUT", "3000000h", "at most 2562047h47m16.854775807s"}},
+		{"EnvNotADuration", "WINDLASS_ACK_WAIT", "soon", []string{"worker"}, []string{"--ack-wait", "$WINDLASS_ACK_WAIT", "30s"}},
+		{"FlagPastMax", "", "", []string{"call", "add", "{}", "--timeout", "3000000h"}, []string{"-timeout", "at most 2562047h47m16.854775807s"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.env != "" {
+				t.Setenv(tc.env, tc.value)
+			}
+			var stdout, stderr bytes.Buffer
+			err := run(t.Context(), tc.args, &stdout, &stderr)
+			if err == nil {
+				t.Fatalf("run(%q) with %s=%q succeeded", tc.args, tc.env, tc.value)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not name %q", err, w)
+				}
+			}
+			var ee *exitError
+			if tc.env != "" && (!errors.As(err, &ee) || ee.code != 2) {
+				t.Errorf("run(%q) = %v; want a usage error, exit code 2", tc.args, err)
+			}
+		})
+	}
+}

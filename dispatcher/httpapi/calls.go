@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"mime"
 	"net/http"
 	"net/url"
@@ -15,6 +16,12 @@ import (
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/dispatcher"
 )
+
+// MaxDurationMS is the largest timeout_ms and wait_ms a request may ask
+// for: the longest time.Duration in whole milliseconds (about 292 years).
+// A larger value is refused (400 invalid_call naming the field and this
+// maximum) rather than overflowing into some other deadline.
+const MaxDurationMS = int64(math.MaxInt64 / time.Millisecond)
 
 // CallRequest is the body of POST /v1/calls.
 type CallRequest struct {
@@ -26,15 +33,17 @@ type CallRequest struct {
 	// ID is the caller's own call id (a model's tool-call id): submitting
 	// the same id again is the same call, run once. Default: a new id.
 	ID string `json:"id,omitempty"`
-	// TimeoutMS sets the call's deadline, from now. Default: the tool's
-	// timeout plus the dispatcher's queue allowance.
+	// TimeoutMS sets the call's deadline, from now, at most
+	// [MaxDurationMS]. Default: the tool's timeout plus the dispatcher's
+	// queue allowance.
 	TimeoutMS int64 `json:"timeout_ms,omitempty"`
 	// Metadata is caller-defined (requester, session).
 	Metadata map[string]string `json:"metadata,omitempty"`
 	// Async answers 202 at once, without waiting for the result.
 	Async bool `json:"async,omitempty"`
 	// WaitMS bounds the wait for the result (never beyond the handler's
-	// MaxWait, nor the call's timeout_ms). Default: MaxWait.
+	// MaxWait, nor the call's timeout_ms), at most [MaxDurationMS].
+	// Default: MaxWait.
 	WaitMS int64 `json:"wait_ms,omitempty"`
 }
 
@@ -162,8 +171,12 @@ func decodeCallRequest(w http.ResponseWriter, r *http.Request) (CallRequest, boo
 		problem = `"tool" is required: the name of the tool to call`
 	case req.TimeoutMS < 0:
 		problem = `"timeout_ms" must not be negative`
+	case req.TimeoutMS > MaxDurationMS:
+		problem = fmt.Sprintf(`"timeout_ms" must be at most %d (about 292 years, the longest duration the fleet can represent)`, MaxDurationMS)
 	case req.WaitMS < 0:
 		problem = `"wait_ms" must not be negative`
+	case req.WaitMS > MaxDurationMS:
+		problem = fmt.Sprintf(`"wait_ms" must be at most %d (about 292 years, the longest duration the fleet can represent)`, MaxDurationMS)
 	case req.Async && req.WaitMS > 0:
 		problem = `"wait_ms" makes no sense with "async": true`
 	case req.ID != "" && windlass.ValidateCallID(req.ID) != nil:

@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -64,6 +65,19 @@ func TestCalls(t *testing.T) {
 		c = f.pollUntil(c.ID, "the timed-out call to finish", func(c httpapi.Call) bool { return c.State == dispatcher.StateFinished })
 		if c.Result.Code() != windlass.CodeTimeout {
 			t.Errorf("result = %+v, want timeout", c.Result)
+		}
+	})
+
+	t.Run("LongestTimeout", func(t *testing.T) {
+		// The largest timeout_ms and wait_ms are taken as asked.
+		body := fmt.Sprintf(`{"tool":"add","arguments":{"a":1,"b":2},"timeout_ms":%d,"wait_ms":%[1]d}`, httpapi.MaxDurationMS)
+		if c := f.call(f.do("POST", "/v1/calls", body), http.StatusOK); c.Result == nil || c.Result.Content != "3" {
+			t.Fatalf("call with the longest timeout = %+v", c)
+		}
+		c := f.call(f.do("POST", "/v1/calls", fmt.Sprintf(`{"tool":"slow","arguments":{"ms":600000},"timeout_ms":%d,"async":true}`, httpapi.MaxDurationMS)), http.StatusAccepted)
+		defer f.do("DELETE", "/v1/calls/"+c.ID, "")
+		if c.Deadline.Year() < 2200 {
+			t.Errorf("deadline %s; want the one asked for, about 292 years ahead", c.Deadline)
 		}
 	})
 

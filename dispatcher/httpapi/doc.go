@@ -17,7 +17,9 @@
 // smallest of wait_ms, [Config.MaxWait] (60 s) and timeout_ms, and answers
 // 200 with the finished call; past that bound, or at once with "async":
 // true, it answers 202 with the call's URL in Location, to poll or follow.
-// A caller's own id makes the submit idempotent: the same id is the same
+// timeout_ms and wait_ms are at most [MaxDurationMS] (about 292 years, the
+// longest time.Duration); more is refused 400, never taken as another
+// deadline. A caller's own id makes the submit idempotent: the same id is the same
 // call, run once.
 //
 // A tool's failure is a result, not an HTTP error: 200, with "is_error"
@@ -27,8 +29,21 @@
 // table ([HTTPStatus]): invalid_call (bad JSON, unknown field, bad id) and
 // invalid_request (a query parameter) 400, unauthorized 401, unknown_tool
 // and unknown_call 404, call_finished 409 (with the result), payload_too_large
-// 413, unsupported_media_type 415, invalid_arguments 422, no_worker and
-// unavailable 503.
+// 413, unsupported_media_type 415, invalid_arguments 422, too_many_streams
+// 429, no_worker and unavailable 503. The codes worth simply trying again
+// carry a Retry-After: unavailable (2 s) and too_many_streams (1 s).
+//
+// A call is unknown_call only when the fleet knows it does not exist: its
+// results and events streams answered and neither holds it. While they
+// cannot be read (NATS down or restarting, a stream not recovered yet),
+// GET, DELETE and the events of a call answer 503 unavailable, never 404,
+// so a client does not take an accepted call for lost.
+//
+// Each event stream holds a consumer and a subscription on the NATS
+// server, deleted when the stream ends (the call finished, the client
+// left, the server drains). Streams open at once are bounded per API key
+// ([Config.MaxStreamsPerKey], 100) and per process ([Config.MaxStreams],
+// 1000); one more is answered 429 too_many_streams.
 //
 // Requests present an API key as "Authorization: Bearer <key>". The
 // handler is configured with the keys' SHA-256 hashes only and compares in

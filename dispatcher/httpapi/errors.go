@@ -26,6 +26,10 @@ const (
 	// CodeCallFinished: the call to cancel already has its result, which
 	// the error body carries as "result".
 	CodeCallFinished windlass.ErrorCode = "call_finished"
+	// CodeTooManyStreams: the API key (or the whole process) already has
+	// as many event streams open as [Config.MaxStreamsPerKey]
+	// ([Config.MaxStreams]) allow; answered 429 with a Retry-After.
+	CodeTooManyStreams windlass.ErrorCode = "too_many_streams"
 	// CodeNotFound: no such route.
 	CodeNotFound windlass.ErrorCode = "not_found"
 	// CodeMethodNotAllowed: the route exists, the method does not.
@@ -44,6 +48,7 @@ var statusOf = map[windlass.ErrorCode]int{
 	CodeNotFound:                  http.StatusNotFound,
 	CodeMethodNotAllowed:          http.StatusMethodNotAllowed,
 	CodeCallFinished:              http.StatusConflict,
+	CodeTooManyStreams:            http.StatusTooManyRequests,
 	windlass.CodePayloadTooLarge:  http.StatusRequestEntityTooLarge,
 	CodeUnsupportedMediaType:      http.StatusUnsupportedMediaType,
 	windlass.CodeInvalidArguments: http.StatusUnprocessableEntity,
@@ -70,8 +75,20 @@ type ErrorBody struct {
 	Result *windlass.ToolResult `json:"result,omitempty"`
 }
 
-// writeError answers code's status with an error body.
+// retryAfter is the Retry-After (seconds) of the codes a client should
+// simply try again: unavailable (NATS down or restarting, which takes
+// seconds) and too_many_streams (a slot frees when a stream ends).
+var retryAfter = map[windlass.ErrorCode]string{
+	windlass.CodeUnavailable: "2",
+	CodeTooManyStreams:       "1",
+}
+
+// writeError answers code's status with an error body, and a Retry-After
+// for the codes that have one.
 func writeError(w http.ResponseWriter, code windlass.ErrorCode, message string) {
+	if s, ok := retryAfter[code]; ok {
+		w.Header().Set("Retry-After", s)
+	}
 	writeJSON(w, HTTPStatus(code), ErrorBody{Error: windlass.CallError{Code: code, Message: message}})
 }
 

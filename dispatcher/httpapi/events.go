@@ -27,11 +27,19 @@ type Event struct {
 // carrying the result, after which the stream ends. A wait that ends
 // without a result ends the stream with an "error" event. Each event is
 // flushed as it comes; an idle stream gets a comment every KeepAlive.
+// Streams are bounded per API key and per process (429 beyond); the
+// dispatcher's consumer of a stream is deleted when the stream ends.
 func (h *Handler) callEvents(w http.ResponseWriter, r *http.Request) {
 	id, ok := pathID(w, r)
 	if !ok {
 		return
 	}
+	release, refused := h.streams.acquire(h.keyName(r))
+	if refused != "" {
+		writeError(w, CodeTooManyStreams, refused)
+		return
+	}
+	defer release() // after Watch returned, its consumer deleted
 	st, err := h.cfg.Dispatcher.Status(r.Context(), id)
 	switch {
 	case err != nil:

@@ -22,6 +22,11 @@ const (
 	DefaultMaxWait      = 60 * time.Second
 	DefaultMaxStaleness = 30 * time.Second
 	DefaultKeepAlive    = 15 * time.Second
+	// DefaultMaxStreams bounds the event streams one process serves at
+	// once: each holds a consumer and a subscription on the NATS server.
+	DefaultMaxStreams = 1000
+	// DefaultMaxStreamsPerKey bounds the event streams of one API key.
+	DefaultMaxStreamsPerKey = 100
 )
 
 // Config configures a [Handler]. Zero values mean the documented defaults.
@@ -49,6 +54,15 @@ type Config struct {
 	// KeepAlive is how often an idle event stream gets a comment line, so
 	// that proxies keep it open. Default 15s.
 	KeepAlive time.Duration
+	// MaxStreams bounds the event streams (GET /v1/calls/{id}/events) open
+	// at once in this process; one more is answered 429 too_many_streams
+	// with a Retry-After. Each holds a JetStream consumer and a
+	// subscription on the NATS server. Default 1000.
+	MaxStreams int
+	// MaxStreamsPerKey bounds the event streams open at once with one API
+	// key, the same way. Without APIKeys only MaxStreams applies. Default
+	// 100.
+	MaxStreamsPerKey int
 	// Extra mounts more handlers beside the API (for instance an MCP
 	// server at "/mcp"): the key is an http.ServeMux pattern ("/mcp",
 	// "POST /hooks/{id}"). They are served behind the same API-key check
@@ -66,6 +80,7 @@ type Config struct {
 type Handler struct {
 	cfg      Config
 	keys     *bearer.Set
+	streams  *streamSlots
 	mux      *http.ServeMux
 	draining context.Context // canceled by Drain
 	drain    context.CancelFunc
@@ -116,11 +131,15 @@ func New(cfg Config) (*Handler, error) {
 		return nil, errors.New("httpapi: Config.Dispatcher is nil: pass a *dispatcher.Dispatcher")
 	case cfg.MaxBodyBytes < 0 || cfg.MaxWait < 0 || cfg.MaxStaleness < 0 || cfg.KeepAlive < 0:
 		return nil, errors.New("httpapi: Config.MaxBodyBytes, MaxWait, MaxStaleness and KeepAlive must not be negative")
+	case cfg.MaxStreams < 0 || cfg.MaxStreamsPerKey < 0:
+		return nil, errors.New("httpapi: Config.MaxStreams and MaxStreamsPerKey must not be negative (0 is the default)")
 	}
 	cfg.MaxBodyBytes = cmp.Or(cfg.MaxBodyBytes, DefaultMaxBodyBytes)
 	cfg.MaxWait = cmp.Or(cfg.MaxWait, DefaultMaxWait)
 	cfg.MaxStaleness = cmp.Or(cfg.MaxStaleness, DefaultMaxStaleness)
 	cfg.KeepAlive = cmp.Or(cfg.KeepAlive, DefaultKeepAlive)
+	cfg.MaxStreams = cmp.Or(cfg.MaxStreams, DefaultMaxStreams)
+	cfg.MaxStreamsPerKey = cmp.Or(cfg.MaxStreamsPerKey, DefaultMaxStreamsPerKey)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -131,7 +150,7 @@ func New(cfg Config) (*Handler, error) {
 	if keys.Len() == 0 {
 		cfg.Logger.Warn("httpapi: NO API KEYS CONFIGURED: the API is open to anyone who can reach it; configure API keys (hashes) unless this is a development fleet")
 	}
-	h := &Handler{cfg: cfg, keys: keys, mux: http.NewServeMux()}
+	h := &Handler{cfg: cfg, keys: keys, streams: newStreamSlots(cfg.MaxStreams, cfg.MaxStreamsPerKey), mux: http.NewServeMux()}
 	h.draining, h.drain = context.WithCancel(context.Background())
 	allowed := map[string][]string{} // path -> its methods, in table order
 	for _, r := range routes {
@@ -191,6 +210,17 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // event streams end; the calls go on in the fleet. Requests that come
 // after Drain answer at once the same way.
 func (h *Handler) Drain() { h.drain() }
+
+// keyName is the name of the API key a request presented ("" when the
+// handler has no keys). Only for requests the guard let in.
+func (h *Handler) keyName(r *http.Request) string {
+	if h.keys.Len() == 0 {
+		return ""
+	}
+	token, _ := bearer.FromRequest(r)
+	name, _ := h.keys.Lookup(token)
+	return name
+}
 
 // guard checks the API key and bounds the body.
 func (h *Handler) guard(next http.HandlerFunc) http.HandlerFunc {

@@ -1,0 +1,73 @@
+package dispatcher_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/windlass-dev/windlass"
+	"github.com/windlass-dev/windlass/dispatcher"
+	"github.com/windlass-dev/windlass/internal/layout"
+	"github.com/windlass-dev/windlass/registry"
+)
+
+// TestStatusAndCancelWhenStreamsCannotBeRead asks about an accepted call
+// while the fleet's streams cannot say: Status and Cancel fail with
+// ErrUnavailable, never StateUnknown or ErrUnknownCall, which would tell
+// the caller the call was lost. First only the events stream is gone (the
+// results stream answers "no result"), as when a restarted server has
+// recovered one stream and not the other yet; then the NATS server is
+// down. An id never submitted is unknown while the streams are readable.
+func TestStatusAndCancelWhenStreamsCannotBeRead(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	lease, err := e.reg.Advertise(t.Context(), registry.Advertisement{WorkerID: "w", Specs: []windlass.Spec{greet().Spec()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lease.Withdraw(context.Background()) })
+	waitUntil(t, 5*time.Second, "the tool in the dispatcher's view", func() bool {
+		_, err := e.d.Tool("greet")
+		return err == nil
+	})
+	// No worker pulls it: the call stays queued.
+	id, err := e.d.Submit(t.Context(), "greet", map[string]any{"name": "ada"}, dispatcher.AllowNoWorker())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := e.d.Status(t.Context(), id); err != nil || st.State != dispatcher.StateQueued {
+		t.Fatalf("Status(%s) = %+v, %v; want queued", id, st, err)
+	}
+	if st, err := e.d.Status(t.Context(), "never-submitted"); err != nil || st.State != dispatcher.StateUnknown {
+		t.Errorf("Status(never-submitted) = %+v, %v; want unknown", st, err)
+	}
+	if err := e.d.Cancel(t.Context(), "never-submitted", "why"); !errors.Is(err, dispatcher.ErrUnknownCall) {
+		t.Errorf("Cancel(never-submitted) = %v; want ErrUnknownCall", err)
+	}
+
+	unreadable := func(phase string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		st, err := e.d.Status(ctx, id)
+		if err == nil || !errors.Is(err, dispatcher.ErrUnavailable) {
+			t.Errorf("%s: Status(%s) = %+v, %v; want ErrUnavailable", phase, id, st, err)
+		}
+		if err := e.d.Cancel(ctx, id, "why"); !errors.Is(err, dispatcher.ErrUnavailable) || errors.Is(err, dispatcher.ErrUnknownCall) {
+			t.Errorf("%s: Cancel(%s) = %v; want ErrUnavailable", phase, id, err)
+		}
+	}
+
+	js := e.jetStream()
+	if err := js.DeleteStream(t.Context(), layout.EventsStream); err != nil {
+		t.Fatal(err)
+	}
+	unreadable("the events stream gone")
+	if err := layout.EnsureStreams(t.Context(), js, layout.EventsConfig(layout.StreamOptions{})); err != nil {
+		t.Fatal(err)
+	}
+
+	e.nats.Stop()
+	unreadable("the NATS server down")
+}
