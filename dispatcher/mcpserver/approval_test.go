@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,7 +15,6 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/approval"
 	"github.com/windlass-dev/windlass/approval/release"
 	"github.com/windlass-dev/windlass/dispatcher/mcpserver"
@@ -110,51 +110,54 @@ func (a *approvals) approveOne(tool string) {
 	}
 }
 
+// A gated call waits for approval; the client learns the call's id at once
+// (first progress notification, log message), then gets the result.
 func TestGatedToolAfterApproval(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t)
 	apr, wcfg := f.startApprovals()
 	var runs atomic.Int64
-	pay := windlass.MustFunc("pay", func(ctx context.Context, in payArgs) (string, error) {
-		runs.Add(1)
-		return fmt.Sprintf("paid %.2f to %s", in.Amount, in.To), nil
-	}, windlass.WithApproval())
-	f.startWorker(wcfg, pay)
+	f.startWorker(wcfg, payTool(&runs))
 	progress := make(chan *mcp.ProgressNotificationParams, 16)
-	cs := connect(t, serve(t, mcpserver.Config{Dispatcher: f.dispatcher()}), &mcp.ClientOptions{
-		ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
-			select {
-			case progress <- req.Params:
-			default:
-			}
-		},
-	})
+	//lint:ignore SA1019 MCP logging is deprecated as of protocol 2026-07-28 but functional; the server sends the call id in a log message.
+	logged := make(chan *mcp.LoggingMessageParams, 16)
+	opts := progressTo(progress)
+	//lint:ignore SA1019 as above.
+	opts.LoggingMessageHandler = func(_ context.Context, req *mcp.LoggingMessageRequest) {
+		select {
+		case logged <- req.Params:
+		default:
+		}
+	}
+	cs := connect(t, serve(t, mcpserver.Config{Dispatcher: f.dispatcher()}), opts)
+	//lint:ignore SA1019 as above: the client asks for log messages.
+	if err := cs.SetLoggingLevel(t.Context(), &mcp.SetLoggingLevelParams{Level: "info"}); err != nil {
+		t.Fatal(err)
+	}
 	if a := listTools(t, cs)["pay"].Annotations; a == nil || a.ReadOnlyHint || a.DestructiveHint == nil || !*a.DestructiveHint {
 		t.Errorf("pay's annotations = %+v, want destructive, not read-only", a)
 	}
 
-	type outcome struct {
-		res *mcp.CallToolResult
-		err error
+	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+	defer cancel()
+	done := callInBackground(ctx, cs, "pay", payArgs{To: "bob", Amount: 5}, mcp.Meta{"progressToken": 7})
+	p := nextProgress(t, progress)
+	id, _ := p.Meta[mcpserver.MetaCallID].(string)
+	if id == "" || p.Progress != 0 || p.Total != 1 || p.Message != "waiting for a person's approval (call id "+id+")" {
+		t.Errorf("first progress = %+v, want 0 of 1, waiting for approval, with the call id", p)
 	}
-	done := make(chan outcome, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-		defer cancel()
-		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "pay", Arguments: payArgs{To: "bob", Amount: 5}, Meta: mcp.Meta{"progressToken": 7}})
-		done <- outcome{res, err}
-	}()
 	select {
-	case p := <-progress:
-		if p.Progress != 0 || p.Message != "waiting for a person's approval" {
-			t.Errorf("first progress = %+v, want 0 waiting for approval", p)
+	case l := <-logged:
+		data, _ := l.Data.(map[string]any)
+		if l.Level != "info" || data["call_id"] != id || data["tool"] != "pay" || !strings.Contains(fmt.Sprint(data["message"]), id) {
+			t.Errorf("log message = %+v, want level info, data with call_id %s and tool pay", l, id)
 		}
 	case <-time.After(30 * time.Second):
-		t.Fatal("no waiting-for-approval progress")
+		t.Fatal("no log message with the call id")
 	}
 	apr.approveOne("pay")
-	o := <-done
-	if o.err != nil || o.res.IsError || text(o.res) != "paid 5.00 to bob" || runs.Load() != 1 {
+	o := receive(t, done)
+	if o.err != nil || o.res.IsError || text(o.res) != "paid 5.00 to bob" || runs.Load() != 1 || o.res.Meta[mcpserver.MetaCallID] != id {
 		t.Fatalf("result = %+v (%q), %v; runs %d", o.res, text(o.res), o.err, runs.Load())
 	}
 }

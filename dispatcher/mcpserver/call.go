@@ -6,6 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -14,10 +17,21 @@ import (
 	"github.com/windlass-dev/windlass/dispatcher"
 )
 
-// Keys of the _meta of a tools/call result.
+// Keys of _meta in tools/call requests, results and notifications.
 const (
 	// MetaCallID is the fleet's call id of the call, for windlass status,
-	// watch or the approval dashboard.
+	// watch or the approval dashboard. The server sends it in the result's
+	// _meta, in the _meta of every progress notification of the call, and
+	// in a log message (notifications/message) as soon as the fleet
+	// accepted the call.
+	//
+	// In a tools/call request's _meta it is the client's own id for the
+	// call, such as the model's tool-call id: the call id is the fleet's
+	// deduplication key, so a request repeating the id of an earlier call
+	// (a retry after a timeout, a lost connection or a restart) is that
+	// call, run once, and gets its answer. The id must pass
+	// [windlass.ValidateCallID]; another is refused with an isError
+	// result, code invalid_call.
 	MetaCallID = "dev.windlass/call_id"
 	// MetaErrorCode is the result's error code (invalid_arguments,
 	// timeout, rejected, …) when isError is set.
@@ -36,9 +50,33 @@ type callTarget struct {
 // client canceled.
 const cancelTimeout = 5 * time.Second
 
+// requestedCallID is the call id a tools/call request asks for in its
+// _meta, or a new one; refusal is the answer to an invalid one.
+func requestedCallID(meta mcp.Meta) (id string, refusal *mcp.CallToolResult) {
+	v, ok := meta[MetaCallID]
+	if !ok {
+		return windlass.NewCallID(), nil
+	}
+	id, isString := v.(string)
+	if !isString {
+		got, _ := json.Marshal(v)
+		return "", errorResult("", windlass.CodeInvalidCall, fmt.Sprintf(
+			"_meta[%q] must be a string: the call's id, 1 to %d printable ASCII characters without spaces, quotes or backslashes; got %s.",
+			MetaCallID, windlass.MaxCallIDLength, got))
+	}
+	if err := windlass.ValidateCallID(id); err != nil {
+		return "", errorResult("", windlass.CodeInvalidCall, fmt.Sprintf("_meta[%q]: %s.", MetaCallID, strings.TrimPrefix(err.Error(), "windlass: ")))
+	}
+	return id, nil
+}
+
 // call runs one tools/call through the fleet: submit, then follow the
 // call's events until its result.
 func (h *Handler) call(ctx context.Context, req *mcp.CallToolRequest, t callTarget) (*mcp.CallToolResult, error) {
+	id, refusal := requestedCallID(req.Params.Meta)
+	if refusal != nil {
+		return refusal, nil
+	}
 	args := json.RawMessage(bytes.TrimSpace(req.Params.Arguments))
 	if len(args) == 0 || string(args) == "null" {
 		args = json.RawMessage(`{}`)
@@ -52,7 +90,23 @@ func (h *Handler) call(ctx context.Context, req *mcp.CallToolRequest, t callTarg
 	if info := req.ClientInfo(); info != nil && info.Name != "" {
 		meta["mcp_client"] = info.Name
 	}
-	id, err := h.d.Submit(ctx, t.name, args, dispatcher.WithCallID(windlass.NewCallID()), dispatcher.WithSpecHash(t.hash),
+
+	// The wait joins its session before the call is submitted: from here
+	// on, the session's end ends the wait (cause *sessionEndedError), and
+	// the call is canceled.
+	sessionCtx, endWait := context.WithCancelCause(ctx)
+	defer endWait(nil)
+	w := &waiter{callID: id, cancel: endWait}
+	var user string
+	if extra := req.GetExtra(); extra != nil && extra.TokenInfo != nil {
+		user = extra.TokenInfo.UserID
+	}
+	if err := h.sessions.join(sessionID(req), w, user); err != nil {
+		return errorResult("", windlass.CodeCanceled, fmt.Sprintf("The call to %q was not made: %v.", t.name, err)), nil
+	}
+	defer h.sessions.leave(w)
+
+	_, err := h.d.Submit(ctx, t.name, args, dispatcher.WithCallID(id), dispatcher.WithSpecHash(t.hash),
 		dispatcher.WithDeadline(deadline), dispatcher.WithMetadata(meta))
 	if err != nil {
 		var ce *windlass.CallError
@@ -64,46 +118,42 @@ func (h *Handler) call(ctx context.Context, req *mcp.CallToolRequest, t callTarg
 	log := h.cfg.Logger.With("call_id", id, "tool", t.name)
 	log.Debug("mcpserver: call submitted")
 
-	// The wait ends with the client's request, at Close, or a little after
-	// the call's deadline (the fleet answers timeout by then).
-	waitCtx, cancel := context.WithDeadline(ctx, deadline.Add(2*time.Second))
+	// The wait ends with the client's request, with its session, at Close,
+	// or a little after the call's deadline (the fleet answers timeout by
+	// then).
+	waitCtx, cancel := context.WithDeadline(sessionCtx, deadline.Add(2*time.Second))
 	defer cancel()
 	stop := context.AfterFunc(h.base, cancel)
 	defer stop()
 
-	progress := progressSender{session: req.Session, token: req.Params.GetProgressToken(), last: -1}
+	state := "queued, waiting for a worker"
 	if t.gated {
-		progress.send(ctx, 0, "waiting for a person's approval")
+		state = "waiting for a person's approval"
 	}
-	var watchErr error
-	for ev, err := range h.d.Watch(waitCtx, id) {
-		if err != nil {
-			watchErr = err
-			break
-		}
-		switch ev.Kind {
-		case windlass.EventProgress:
-			if ev.Progress != nil {
-				progress.send(ctx, ev.Progress.Fraction, ev.Progress.Message)
-			}
-		case windlass.EventFinished:
-			if ev.Result != nil {
-				return resultOf(*ev.Result), nil
-			}
-		}
+	h.announce(ctx, req.Session, id, t.name, state)
+	progress := &progressSender{session: req.Session, token: req.Params.GetProgressToken(), callID: id}
+	progress.send(ctx, 0, progressMessage(state, id))
+
+	res, watchErr := h.await(ctx, waitCtx, cancel, id, state, progress)
+	if res != nil {
+		return res, nil
 	}
+	var ended *sessionEndedError
 	switch {
-	case ctx.Err() != nil:
-		// The client canceled (or went away): cancel the call in the
-		// fleet, so that a queued call never runs and a running one stops.
-		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), cancelTimeout)
-		defer ccancel()
-		var finished *dispatcher.FinishedError
-		if err := h.d.Cancel(cctx, id, "canceled by the MCP client"); err != nil && !errors.As(err, &finished) {
-			log.Warn("mcpserver: canceling the call failed", "error", err)
-		} else {
-			log.Debug("mcpserver: call canceled by its client")
+	case errors.As(context.Cause(sessionCtx), &ended):
+		// The client is gone, or asked for its session to end: cancel the
+		// call in the fleet, unless a request of another session waits
+		// for it too (a retry of the same call id).
+		if !h.sessions.leave(w) {
+			log.Debug("mcpserver: session ended; another session waits for the call", "reason", ended.why)
+			return errorResult(id, windlass.CodeUnavailable, fmt.Sprintf("%v; the call goes on for another request waiting for it (call id %s).", ended, id)), nil
 		}
+		h.cancelCall(ctx, log, id, ended.Error())
+		return errorResult(id, windlass.CodeCanceled, fmt.Sprintf("Tool %q was canceled: %v (call id %s).", t.name, ended, id)), nil
+	case ctx.Err() != nil:
+		// The client canceled: cancel the call in the fleet, so that a
+		// queued call never runs and a running one stops.
+		h.cancelCall(ctx, log, id, "canceled by the MCP client")
 		return nil, ctx.Err()
 	case h.base.Err() != nil:
 		return errorResult(id, windlass.CodeUnavailable, "The MCP server is shutting down; the call goes on in the fleet (call id "+id+")."), nil
@@ -115,6 +165,114 @@ func (h *Handler) call(ctx context.Context, req *mcp.CallToolRequest, t callTarg
 	default:
 		return errorResult(id, windlass.CodeUnavailable, fmt.Sprintf("The fleet could not report the result of the call to %q: %v", t.name, watchErr)), nil
 	}
+}
+
+// sessionID is the id of the MCP session a request came in.
+func sessionID(req *mcp.CallToolRequest) string {
+	if req.Session == nil {
+		return ""
+	}
+	return req.Session.ID()
+}
+
+// cancelCall cancels a call in the fleet for reason; a call that finished
+// meanwhile keeps its result.
+func (h *Handler) cancelCall(ctx context.Context, log *slog.Logger, id, reason string) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelTimeout)
+	defer cancel()
+	var finished *dispatcher.FinishedError
+	if err := h.d.Cancel(cctx, id, reason); err != nil && !errors.As(err, &finished) {
+		log.Warn("mcpserver: canceling the call failed", "reason", reason, "error", err)
+		return
+	}
+	log.Debug("mcpserver: call canceled", "reason", reason)
+}
+
+// await follows the call's events until its result, which it returns.
+// Meanwhile it sends the client progress notifications: the tool's
+// reports, and a keepalive saying what the call waits for whenever none
+// was sent for Config.KeepAlive. It returns nil and the watch's error (if
+// any) when waitCtx ends first.
+func (h *Handler) await(ctx, waitCtx context.Context, cancel context.CancelFunc, id, state string, progress *progressSender) (*mcp.CallToolResult, error) {
+	type item struct {
+		ev  windlass.Event
+		err error
+	}
+	events := make(chan item)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		defer close(events)
+		for ev, err := range h.d.Watch(waitCtx, id) {
+			select {
+			case events <- item{ev, err}:
+			case <-waitCtx.Done():
+				return
+			}
+		}
+	})
+	defer func() { cancel(); wg.Wait() }()
+
+	keepAlive := time.NewTimer(h.cfg.KeepAlive)
+	defer keepAlive.Stop()
+	tick := keepAlive.C
+	if !progress.wanted() {
+		tick = nil
+	}
+	for {
+		select {
+		case it, ok := <-events:
+			if !ok {
+				return nil, nil
+			}
+			if it.err != nil {
+				return nil, it.err
+			}
+			switch ev := it.ev; ev.Kind {
+			case windlass.EventStarted:
+				state = "running"
+			case windlass.EventRetrying:
+				state = "waiting to retry after a failed attempt"
+			case windlass.EventProgress:
+				if p := ev.Progress; p != nil {
+					state = "running"
+					if p.Message != "" {
+						state += ": " + p.Message
+					}
+					if progress.report(ctx, p.Fraction, p.Message) {
+						keepAlive.Reset(h.cfg.KeepAlive)
+					}
+				}
+			case windlass.EventFinished:
+				if ev.Result != nil {
+					return resultOf(*ev.Result), nil
+				}
+			}
+		case <-tick:
+			progress.send(ctx, 0, progressMessage(state, id))
+			keepAlive.Reset(h.cfg.KeepAlive)
+		case <-waitCtx.Done():
+			return nil, nil
+		}
+	}
+}
+
+// progressMessage is the message of a notification that says what a call
+// is waiting for.
+func progressMessage(state, id string) string { return fmt.Sprintf("%s (call id %s)", state, id) }
+
+// announce tells the client the call's id as soon as the fleet accepted
+// it, in a log message (notifications/message, level info, data with
+// call_id, tool and message): a client without a progress token learns it
+// too. The SDK sends it only to a client that set a log level
+// (logging/setLevel) of info or lower.
+func (h *Handler) announce(ctx context.Context, ss *mcp.ServerSession, id, tool, state string) {
+	if ss == nil {
+		return
+	}
+	//lint:ignore SA1019 MCP logging is deprecated as of protocol 2026-07-28, functional during the deprecation window, and the one notification a client without a progress token can read.
+	_ = ss.Log(ctx, &mcp.LoggingMessageParams{Meta: mcp.Meta{MetaCallID: id}, Level: "info", Logger: h.cfg.Name, Data: map[string]any{
+		"call_id": id, "tool": tool, "message": fmt.Sprintf("The fleet accepted the call to %q (call id %s): %s.", tool, id, state),
+	}})
 }
 
 // resultOf turns a fleet result into an MCP tool result: the content as
@@ -140,19 +298,53 @@ func errorResult(callID string, code windlass.ErrorCode, text string) *mcp.CallT
 	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}, IsError: true, Meta: meta}
 }
 
-// progressSender sends a call's progress to the client that asked for it
-// with a progress token, only when the fraction advances (MCP requires the
-// progress value to increase).
+// progressStep is what a notification that reports no new fraction (the
+// first one, a keepalive, a tool's new message at the same fraction) adds
+// to the progress value last sent: MCP requires each progress
+// notification's progress to be greater than the previous one's.
+const progressStep = 1e-6
+
+// progressSender sends a call's progress notifications to a client that
+// asked for them with a progress token. Their progress (of total 1) only
+// grows: a tool's report is sent as its fraction, or the last value plus
+// progressStep when that is more; every other notification adds
+// progressStep. Each carries the call id in its _meta.
 type progressSender struct {
 	session *mcp.ServerSession
 	token   any
-	last    float64
+	callID  string
+
+	sent bool
+	last float64 // progress last sent
+
+	reported        bool
+	fraction        float64 // the tool's report last sent
+	reportedMessage string
 }
 
-func (p *progressSender) send(ctx context.Context, fraction float64, message string) {
-	if p.token == nil || p.session == nil || fraction <= p.last {
-		return
+// wanted reports whether the client asked for progress notifications.
+func (p *progressSender) wanted() bool { return p.token != nil && p.session != nil }
+
+// send sends one notification; false when the client asked for none.
+func (p *progressSender) send(ctx context.Context, progress float64, message string) bool {
+	if !p.wanted() {
+		return false
 	}
-	p.last = fraction
-	_ = p.session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: p.token, Progress: fraction, Total: 1, Message: message})
+	if p.sent {
+		progress = max(progress, p.last+progressStep)
+	}
+	p.sent, p.last = true, progress
+	_ = p.session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{Meta: mcp.Meta{MetaCallID: p.callID},
+		ProgressToken: p.token, Progress: progress, Total: 1, Message: message})
+	return true
+}
+
+// report sends a report of the tool, unless it repeats the last one (the
+// fleet repeats the latest report at each of the worker's heartbeats).
+func (p *progressSender) report(ctx context.Context, fraction float64, message string) bool {
+	if p.reported && fraction == p.fraction && message == p.reportedMessage {
+		return false
+	}
+	p.reported, p.fraction, p.reportedMessage = true, fraction, message
+	return p.send(ctx, fraction, message)
 }

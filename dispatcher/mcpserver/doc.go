@@ -17,13 +17,33 @@
 // dispatcher's view of the registry; when tools come or go, or a spec
 // changes, connected clients get notifications/tools/list_changed.
 //
-// tools/call submits the call to the fleet (a new call id per request) and
-// follows it until its result:
-//   - a progress report of the running tool becomes
-//     notifications/progress (progress = fraction, total = 1, and the
-//     tool's message) when the client sent a progress token; reports that
-//     do not advance the fraction are skipped, as MCP requires progress to
-//     increase;
+// tools/call submits the call to the fleet and follows it until its
+// result:
+//   - the call id is the one the request's _meta names under
+//     "dev.windlass/call_id" ([MetaCallID]), such as the model's tool-call
+//     id, else a new one. The fleet deduplicates by call id, so a request
+//     repeating an id — a retry after a timeout, a lost connection or a
+//     restart, from any session — is the same call, run once, and gets its
+//     answer; an invalid id is refused (isError, code invalid_call);
+//   - the client learns the call id at once, before any result: in the
+//     _meta (and the message) of the first progress notification, sent as
+//     soon as the fleet accepted the call, when the request has a progress
+//     token; and in a log message (notifications/message, level info, data
+//     with call_id and tool), which the SDK sends to a client that set a log
+//     level of info or lower (logging/setLevel). The result carries it in
+//     its _meta too;
+//   - progress notifications (when the client sent a progress token) carry
+//     the call id in their _meta: the running tool's reports (progress =
+//     fraction, total = 1, the tool's message), and, whenever none was sent
+//     for Config.KeepAlive (default 10s) while the call is held for
+//     approval, queued or running, a keepalive whose message says what the
+//     call waits for ("waiting for a person's approval (call id …)"), so
+//     that a client that resets its request timeout on progress keeps
+//     waiting. MCP requires progress to increase: a notification that does
+//     not report a new fraction (the first, a keepalive, a new message at
+//     the same fraction) sends the last value plus one millionth, which no
+//     progress bar shows. The value may thus pass 1 by a few millionths
+//     when a tool that reported completion keeps running;
 //   - a client's cancellation (notifications/cancelled) cancels the call in
 //     the fleet (dispatcher Cancel), so a queued call never runs and a
 //     running one sees its context end;
@@ -54,7 +74,38 @@
 // MCP sessions (and the stream that carries list-changed notifications)
 // live in the process that created them: behind a load balancer, route a
 // session's requests to one replica (affinity on the Mcp-Session-Id
-// header). Calls themselves are the fleet's, so a replica's restart loses
-// no call, only the client's wait for it. Idle sessions are closed after
-// Config.SessionTimeout.
+// header). Calls themselves are the fleet's, so a replica's restart (or
+// [Handler.Close]) loses no call, only the client's wait for it.
+//
+// A caller that goes away does not leave a live call behind. When a
+// session ends, every call it waits for is canceled in the fleet (a held
+// call leaves the approval dashboard, and approval.canceled fires; a
+// queued one never runs; a running one sees its context end), with a
+// reason that says so:
+//   - "the MCP session ended: deleted by the client": the client ended the
+//     session (HTTP DELETE). The calls are canceled before the DELETE is
+//     answered;
+//   - "the MCP session ended: expired after 2m0s idle": the session was
+//     idle for Config.SessionTimeout (default 2m) — no request of it open
+//     and none made. A client waiting for a call keeps its request open,
+//     and a connected client its notification stream (GET), so neither is
+//     idle; a client that is gone (its process died, it timed out and
+//     exited without a cancellation) closed its connections, and its
+//     session expires SessionTimeout later.
+//
+// The one exception: a call that a request of another session waits for
+// too (a retry with the same call id, from a client that restarted) goes
+// on for that one.
+//
+// The handler decides this itself because the SDK (go-sdk v1.8.0) does
+// not: its ServerSession.Close, which ends a DELETE and its own idle
+// timeout, waits for the tool calls in progress and cancels none; and a
+// POST whose connection drops leaves its tool call running (a stream
+// without an event store cannot be resumed, but the SDK does not cancel
+// it). A dropped POST alone is not taken as the client's end either: the
+// client may be alive and retry with the same call id, which joins the
+// call; the session's idle timeout is the authority. So the handler keeps
+// its own record of each session (named through ServerOptions.GetSessionID,
+// so none is missed), counts its requests in progress, and runs the idle
+// timeout in place of the SDK's.
 package mcpserver

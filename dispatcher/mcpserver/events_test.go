@@ -3,6 +3,7 @@ package mcpserver_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -28,38 +29,28 @@ func TestProgressNotifications(t *testing.T) {
 		return "done", nil
 	})
 	f.startWorker(worker.Config{}, slow)
-	progress := make(chan *mcp.ProgressNotificationParams, 16)
-	cs := connect(t, serve(t, mcpserver.Config{Dispatcher: f.dispatcher()}), &mcp.ClientOptions{
-		ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
-			select {
-			case progress <- req.Params:
-			default:
-			}
-		},
-	})
-	type outcome struct {
-		res *mcp.CallToolResult
-		err error
-	}
-	done := make(chan outcome, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		defer cancel()
-		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "slow", Meta: mcp.Meta{"progressToken": "tok-1"}})
-		done <- outcome{res, err}
-	}()
-	select {
-	case p := <-progress:
-		if p.ProgressToken != "tok-1" || p.Progress != 0.5 || p.Total != 1 || p.Message != "halfway" {
-			t.Errorf("progress = %+v, want token tok-1, 0.5 of 1, halfway", p)
+	progress := make(chan *mcp.ProgressNotificationParams, 64)
+	cs := connect(t, serve(t, mcpserver.Config{Dispatcher: f.dispatcher()}), progressTo(progress))
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	done := callInBackground(ctx, cs, "slow", nil, mcp.Meta{"progressToken": "tok-1"})
+	id := firstCallID(t, progress)
+	last := 0.0
+	for {
+		p := nextProgress(t, progress)
+		if p.ProgressToken != "tok-1" || p.Meta[mcpserver.MetaCallID] != id || p.Progress <= last || p.Total != 1 {
+			t.Fatalf("progress = %+v after %v, want token tok-1, call id %s, increasing progress of 1", p, last, id)
 		}
-	case o := <-done:
-		t.Fatalf("the call finished before any progress: %+v %v", o.res, o.err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("no progress notification within 30s")
+		last = p.Progress
+		if p.Message == "halfway" {
+			if p.Progress != 0.5 {
+				t.Errorf("the tool's report = %+v, want 0.5 of 1", p)
+			}
+			break
+		}
 	}
 	close(proceed)
-	o := <-done
+	o := receive(t, done)
 	if o.err != nil || o.res.IsError || text(o.res) != "done" {
 		t.Fatalf("result = %+v, %v", o.res, o.err)
 	}
@@ -77,7 +68,9 @@ func TestCancellationPassesThrough(t *testing.T) {
 		return "", ctx.Err()
 	})
 	f.startWorker(worker.Config{}, block)
-	cs := connect(t, serve(t, mcpserver.Config{Dispatcher: f.dispatcher()}), nil)
+	logs := newLogRecorder()
+	defer logs.dumpIfFailed(t)
+	cs := connect(t, serve(t, mcpserver.Config{Dispatcher: f.dispatcher(), Logger: slog.New(logs)}), nil)
 
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()

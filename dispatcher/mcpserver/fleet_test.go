@@ -108,12 +108,18 @@ func serve(t *testing.T, cfg mcpserver.Config) string {
 // connect opens an SDK client session, closed at cleanup.
 func connect(t *testing.T, url string, opts *mcp.ClientOptions) *mcp.ClientSession {
 	t.Helper()
+	return connectTransport(t, opts, &mcp.StreamableClientTransport{Endpoint: url, MaxRetries: -1})
+}
+
+// connectTransport opens an SDK client session over tr, closed at cleanup.
+func connectTransport(t *testing.T, opts *mcp.ClientOptions, tr *mcp.StreamableClientTransport) *mcp.ClientSession {
+	t.Helper()
 	client := mcp.NewClient(&mcp.Implementation{Name: "test-client", Version: "v0"}, opts)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url, MaxRetries: -1}, nil)
+	cs, err := client.Connect(ctx, tr, nil)
 	if err != nil {
-		t.Fatalf("connect to %s: %v", url, err)
+		t.Fatalf("connect to %s: %v", tr.Endpoint, err)
 	}
 	t.Cleanup(func() { _ = cs.Close() })
 	return cs

@@ -20,7 +20,8 @@ const (
 	DefaultName           = "windlass"
 	DefaultQueueAllowance = 30 * time.Second
 	DefaultApprovalWait   = time.Hour
-	DefaultSessionTimeout = 30 * time.Minute
+	DefaultSessionTimeout = 2 * time.Minute
+	DefaultKeepAlive      = 10 * time.Second
 )
 
 // Config configures a [Handler]. Zero values mean the documented defaults.
@@ -41,9 +42,24 @@ type Config struct {
 	// approval service's default window. The call is canceled in the fleet
 	// when the bound passes.
 	ApprovalWait time.Duration
-	// SessionTimeout closes a session after this long without a request.
-	// Default 30m.
+	// SessionTimeout ends a session that has been idle this long: no
+	// request of it open (neither a POST waiting for its answer nor the GET
+	// notification stream) and none made. The session is closed and every
+	// call it is waiting for is canceled in the fleet, reason "the MCP
+	// session ended: expired after <SessionTimeout> idle". A connected
+	// client is never idle while it waits for a call or keeps its
+	// notification stream; one that went away (its process died, it gave
+	// up without a cancellation) is. Default 2m: long enough for a client
+	// to reconnect its stream, short enough that a held call of a client
+	// that is gone leaves the approval dashboard within minutes.
 	SessionTimeout time.Duration
+	// KeepAlive is the longest gap between two progress notifications of a
+	// call whose request has a progress token, while it is held for
+	// approval, queued or running, so that a client that resets its
+	// request timeout on progress (the TypeScript SDK's
+	// resetTimeoutOnProgress) keeps waiting. Default 10s, well inside the
+	// 60s request timeout MCP SDKs default to.
+	KeepAlive time.Duration
 	// Logger receives the handler's logs (and the MCP SDK's). Default:
 	// discard.
 	Logger *slog.Logger
@@ -55,6 +71,7 @@ func (c Config) withDefaults() Config {
 	c.QueueAllowance = cmp.Or(c.QueueAllowance, DefaultQueueAllowance)
 	c.ApprovalWait = cmp.Or(c.ApprovalWait, DefaultApprovalWait)
 	c.SessionTimeout = cmp.Or(c.SessionTimeout, DefaultSessionTimeout)
+	c.KeepAlive = cmp.Or(c.KeepAlive, DefaultKeepAlive)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -65,8 +82,8 @@ func (c Config) validate() error {
 	switch {
 	case c.Dispatcher == nil:
 		return errors.New("mcpserver: Config.Dispatcher is nil: pass a *dispatcher.Dispatcher")
-	case c.QueueAllowance < 0 || c.ApprovalWait < 0 || c.SessionTimeout < 0:
-		return errors.New("mcpserver: Config.QueueAllowance, Config.ApprovalWait and Config.SessionTimeout must not be negative")
+	case c.QueueAllowance < 0 || c.ApprovalWait < 0 || c.SessionTimeout < 0 || c.KeepAlive < 0:
+		return errors.New("mcpserver: Config.QueueAllowance, Config.ApprovalWait, Config.SessionTimeout and Config.KeepAlive must not be negative")
 	}
 	return nil
 }
@@ -83,6 +100,8 @@ type Handler struct {
 	mu         sync.Mutex
 	advertised map[string]string // tool name -> spec hash, as in server
 
+	sessions sessions // the sessions' liveness and the calls they wait for
+
 	base       context.Context // canceled by Close: waiting calls return
 	stopAll    context.CancelFunc
 	followDone chan struct{}
@@ -98,28 +117,68 @@ func New(ctx context.Context, cfg Config) (*Handler, error) {
 	}
 	cfg = cfg.withDefaults()
 	h := &Handler{cfg: cfg, d: cfg.Dispatcher, advertised: map[string]string{}, followDone: make(chan struct{})}
+	h.sessions.init(cfg.SessionTimeout, h.expire)
 	h.base, h.stopAll = context.WithCancel(context.Background())
 	h.server = mcp.NewServer(&mcp.Implementation{Name: cfg.Name, Title: "Windlass fleet", Version: cfg.Version}, &mcp.ServerOptions{
 		Instructions: cfg.Instructions,
 		Logger:       cfg.Logger,
 		// Tools come and go with the fleet: advertise the capability even
-		// while the fleet has none.
-		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}},
+		// while the fleet has none. Logging: a call's id is sent as a log
+		// message as soon as the fleet accepted the call.
+		//lint:ignore SA1019 MCP logging is deprecated as of protocol 2026-07-28 but functional during the deprecation window; see announce.
+		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}, Logging: &mcp.LoggingCapabilities{}},
+		// Every session is known from its first moment, so that its
+		// idleness is tracked (see sessions.go).
+		GetSessionID: h.newSession,
 	})
 	if err := h.sync(ctx); err != nil {
 		h.stopAll()
 		return nil, fmt.Errorf("mcpserver: %w", err)
 	}
+	// The SDK's own SessionTimeout stays off: its expiry closes a session
+	// gracefully, which waits for the calls in progress instead of ending
+	// them. The handler expires idle sessions itself (sessions.go).
 	h.http = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return h.server },
-		&mcp.StreamableHTTPOptions{Logger: cfg.Logger, SessionTimeout: cfg.SessionTimeout})
+		&mcp.StreamableHTTPOptions{Logger: cfg.Logger})
 	go h.follow()
 	return h, nil
 }
 
 // ServeHTTP implements http.Handler: MCP's streamable HTTP transport
 // (POST for requests, GET for the server's notification stream, DELETE to
-// end a session).
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.http.ServeHTTP(w, r) }
+// end a session). It counts each session's open requests, for its idle
+// timeout, and cancels the calls of a session the client deletes before
+// the session is closed.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	id := r.Header.Get(sessionIDHeader)
+	switch {
+	case id == "":
+		// initialize: the SDK creates the session (newSession) and names
+		// it in the response.
+		h.http.ServeHTTP(w, r)
+		if r.Method == http.MethodPost {
+			h.sessions.created(w.Header().Get(sessionIDHeader), userOf(r.Context()))
+		}
+	case r.Method == http.MethodDelete:
+		s := h.endSession(id, userOf(r.Context()), "deleted by the client")
+		// The SDK closes the session, which waits for its tool calls:
+		// they have their cancellation recorded in the fleet by then.
+		h.http.ServeHTTP(w, r)
+		if s != nil {
+			h.sessions.forget(s)
+		}
+	default:
+		s, ended := h.sessions.begin(id)
+		if ended {
+			http.Error(w, "session not found: it ended", http.StatusNotFound)
+			return
+		}
+		if s != nil {
+			defer h.sessions.end(s)
+		}
+		h.http.ServeHTTP(w, r)
+	}
+}
 
 // Close stops following the fleet, ends the waits of calls in progress
 // (their calls go on in the fleet; clients get an error result) and closes
@@ -128,6 +187,7 @@ func (h *Handler) Close() error {
 	h.closeOnce.Do(func() {
 		h.stopAll()
 		<-h.followDone
+		h.sessions.close() // no more expiries; waits for those under way
 		for s := range h.server.Sessions() {
 			_ = s.Close()
 		}
