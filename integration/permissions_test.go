@@ -86,6 +86,10 @@ func TestPermissions(t *testing.T) {
 		{"worker reads a dispatcher's results", "worker", sub, "windlass.result.dispatcher-a.*", true},
 		{"worker reads every inbox", "worker", sub, "_INBOX.>", true},
 		{"worker reads its inbox", "worker", sub, "_INBOX_worker.>", false},
+		{"worker records a refusal", "worker", pub, "windlass.refused.transfer_funds", false},
+		{"worker claims a release", "worker", pub, "$KV.WINDLASS_RELEASES.0123", false},
+		{"worker deletes the release ledger", "worker", pub, "$JS.API.STREAM.DELETE.KV_WINDLASS_RELEASES", true},
+		{"worker purges a claim", "worker", pub, "$JS.API.STREAM.PURGE.KV_WINDLASS_RELEASES", true},
 
 		{"dispatcher queues an ungated call", "dispatcher-a", pub, "windlass.call.add", false},
 		{"dispatcher releases a gated call itself", "dispatcher-a", pub, "windlass.call.transfer_funds", true},
@@ -98,6 +102,8 @@ func TestPermissions(t *testing.T) {
 		{"dispatcher receives every result", "dispatcher-a", sub, "windlass.result.*.*", true},
 		{"dispatcher reads another's inbox", "dispatcher-a", sub, "_INBOX_dispatcher-b.>", true},
 		{"dispatcher reads the calls", "dispatcher-a", sub, "windlass.call.*", true},
+		{"dispatcher claims a release", "dispatcher-a", pub, "$KV.WINDLASS_RELEASES.0123", true},
+		{"dispatcher forges a refusal", "dispatcher-a", pub, "windlass.refused.transfer_funds", true},
 
 		{"approval releases a gated call", "approval", pub, "windlass.call.transfer_funds", false},
 		{"approval queues an ungated call", "approval", pub, "windlass.call.add", true},

@@ -95,7 +95,7 @@ func durationFlag(fs *flag.FlagSet, name string, def time.Duration, usage string
 			v.envErr = fmt.Errorf("$%s %q: %w", env(name), s, err)
 		}
 	}
-	fs.Var(v, name, usage+" ($"+env(name)+"; a `duration` such as 30s or 1h30m)")
+	fs.Var(v, name, usage+", a `duration` such as 30s or 1h30m ($"+env(name)+")")
 	return &v.d
 }
 
