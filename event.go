@@ -47,6 +47,11 @@ type Event struct {
 	Deadline time.Time `json:"deadline,omitzero"`
 	// Origin is the dispatcher instance that receives the result (queued).
 	Origin string `json:"origin,omitempty"`
+	// ArgsHash is the canonical hash of the call's arguments (queued, for
+	// a call whose id the caller chose): a later submit of the same id with
+	// other arguments is not this call (id_conflict). The hash is the
+	// approval release's args_hash (PROTOCOL.md, "Gated calls").
+	ArgsHash string `json:"args_hash,omitempty"`
 	// Result is the call's result (finished; never on the wire).
 	Result *ToolResult `json:"-"`
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/windlass-dev/windlass"
+	"github.com/windlass-dev/windlass/approval/release"
 	"github.com/windlass-dev/windlass/internal/layout"
 	"github.com/windlass-dev/windlass/internal/streamread"
 )
@@ -54,11 +55,12 @@ func AllowNoWorker() CallOption { return func(o *callOptions) { o.allowNoWorker 
 // prepared is a call checked and encoded, ready to publish. One
 // allocation holds it all, the options and the message included.
 type prepared struct {
-	call    windlass.ToolCall
-	subject string
-	msg     nats.Msg
-	ownID   bool        // the caller chose the id: a resubmit must be recognised
-	opts    callOptions // as the caller set them
+	call     windlass.ToolCall
+	subject  string
+	msg      nats.Msg
+	ownID    bool        // the caller chose the id: a resubmit must be recognised
+	argsHash string      // the arguments' canonical hash, for a caller's own id
+	opts     callOptions // as the caller set them
 }
 
 // prepare checks a call against the view and encodes it. A refusal is a
@@ -101,6 +103,14 @@ func (d *Dispatcher) prepare(ctx context.Context, name string, args any, opts []
 		return nil, &windlass.CallError{Code: windlass.CodeInvalidArguments, Message: windlass.ResultFromError(call, err).Content}
 	}
 	call.Arguments = raw
+	if o.id != "" {
+		// A resubmit of this id must be this call: same tool, same
+		// arguments (see conflict). Only a caller's own id can be
+		// submitted twice on purpose, so only it pays for the hash.
+		if p.argsHash, err = release.ArgumentsHash(raw); err != nil {
+			return nil, &windlass.CallError{Code: windlass.CodeInvalidArguments, Message: fmt.Sprintf("arguments: %v", err)}
+		}
+	}
 	call.SpecHash = cmp.Or(o.specHash, info.Hash)
 	call.Deadline = d.deadline(ctx, *o, info.Spec)
 
@@ -202,8 +212,10 @@ func (d *Dispatcher) schema(spec windlass.Spec, hash string) (*windlass.Argument
 func (d *Dispatcher) publish(ctx context.Context, p *prepared) (duplicate bool, err error) {
 	ctx, span := d.startSend(ctx, p)
 	defer func() { endSend(span, err) }()
-	if p.ownID && d.submittedBefore(ctx, p.call.ID) {
-		return true, nil
+	if p.ownID {
+		if q, ok := d.submittedBefore(ctx, p.call.ID); ok {
+			return true, conflict(p, q)
+		}
 	}
 	// Never try to publish past the call's own deadline (Call's ctx ends
 	// there already).
@@ -220,15 +232,41 @@ func (d *Dispatcher) publish(ctx context.Context, p *prepared) (duplicate bool, 
 	}
 	switch {
 	case !ack.Duplicate:
-		d.publishQueued(ctx, p.call, queuedAt)
+		d.publishQueued(ctx, p, queuedAt)
+		return false, nil
 	case retried:
 		// Most likely this publish's own earlier attempt, stored but not
 		// acknowledged. A random id can only be ours; a caller's own id is
 		// still waited for by id, in case another submit of it came first.
-		d.publishQueued(ctx, p.call, queuedAt)
+		d.publishQueued(ctx, p, queuedAt)
 		return p.ownID, nil
 	}
-	return ack.Duplicate, nil
+	// Another submit of this id, within the duplicate window, perhaps this
+	// very moment on another instance: it is the same call only if it has
+	// the same tool and arguments.
+	if q, ok := d.awaitQueued(ctx, p.call.ID); ok {
+		return true, conflict(p, q)
+	}
+	return true, nil
+}
+
+// conflict is the id_conflict refusal of a call whose id is taken by the
+// call queued records: another tool, or other arguments (when both
+// submits chose the id, so both have a hash); nil when it is the same
+// call.
+func conflict(p *prepared, queued windlass.Event) error {
+	var differs string
+	switch {
+	case queued.Tool != "" && queued.Tool != p.call.Name:
+		differs = fmt.Sprintf("of tool %q, not %q", queued.Tool, p.call.Name)
+	case queued.ArgsHash != "" && p.argsHash != "" && queued.ArgsHash != p.argsHash:
+		differs = fmt.Sprintf("of %q with other arguments (canonical SHA-256 %s, these %s)", p.call.Name, queued.ArgsHash, p.argsHash)
+	default:
+		return nil
+	}
+	return &windlass.CallError{Code: windlass.CodeIDConflict, Message: fmt.Sprintf(
+		"Call id %q is taken by another call %s, accepted at %s; it was not submitted again. Use a new id for a new call; the same id is the same call only with the same tool and arguments.",
+		p.call.ID, differs, queued.Time.UTC().Format(time.RFC3339))}
 }
 
 // publishAttempt bounds one attempt to publish a call. A publish whose
@@ -298,9 +336,14 @@ func (d *Dispatcher) call(ctx context.Context, p *prepared) (windlass.ToolResult
 	defer cancel()
 	ch := make(chan windlass.ToolResult, 1)
 	if _, loaded := d.pending.LoadOrStore(p.call.ID, ch); loaded {
-		// The same call (its id is the deduplication key) is in flight on
-		// this instance: a retried Call. Wait for its one result, as a
-		// retry on another instance does.
+		// The same id is in flight on this instance: a retried Call. If it
+		// is the same call (tool and arguments), wait for its one result,
+		// as a retry on another instance does.
+		if q, ok := d.awaitQueued(waitCtx, p.call.ID); ok {
+			if err := conflict(p, q); err != nil {
+				return refusal(name, err)
+			}
+		}
 		r, err := d.Wait(waitCtx, p.call.ID)
 		if err != nil {
 			return d.timedOut(ctx, p.call)

@@ -22,8 +22,9 @@ import (
 // returns or Call waits. A failure is logged, not returned: the call is
 // accepted all the same. at is taken before the call was published, so
 // (on one clock) the queued time never follows a worker's start.
-func (d *Dispatcher) publishQueued(ctx context.Context, call windlass.ToolCall, at time.Time) {
-	e := windlass.Event{CallID: call.ID, Kind: windlass.EventQueued, Tool: call.Name, Time: at, Deadline: call.Deadline, Origin: d.cfg.ID}
+func (d *Dispatcher) publishQueued(ctx context.Context, p *prepared, at time.Time) {
+	call := p.call
+	e := windlass.Event{CallID: call.ID, Kind: windlass.EventQueued, Tool: call.Name, Time: at, Deadline: call.Deadline, Origin: d.cfg.ID, ArgsHash: p.argsHash}
 	data, err := json.Marshal(e)
 	if err != nil {
 		return
@@ -67,29 +68,51 @@ func (d *Dispatcher) readEvent(ctx context.Context, callID string, kind windlass
 	return e, nil
 }
 
-// submittedBefore reports whether the events stream holds a queued record
-// of the call. A read that fails (a reconnect, a leader election) is tried
+// submittedBefore returns the call's queued record when the events stream
+// holds one. A read that fails (a reconnect, a leader election) is tried
 // again, three times in all; after that the answer is no, and the calls
 // stream's duplicate window still catches a resubmit within it.
-func (d *Dispatcher) submittedBefore(ctx context.Context, callID string) bool {
+func (d *Dispatcher) submittedBefore(ctx context.Context, callID string) (windlass.Event, bool) {
 	wait := 50 * time.Millisecond
 	for attempt := 1; ; attempt++ {
-		_, err := d.readEvent(ctx, callID, windlass.EventQueued)
+		q, err := d.readEvent(ctx, callID, windlass.EventQueued)
 		switch {
 		case err == nil:
-			return true
+			return q, true
 		case errors.Is(err, jetstream.ErrMsgNotFound), ctx.Err() != nil, attempt == 3:
 			if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
 				d.cfg.Logger.Warn("dispatcher: could not check whether the call id was used before; relying on the duplicate window", "call_id", callID, "error", err)
 			}
-			return false
+			return windlass.Event{}, false
 		}
 		select {
 		case <-time.After(wait):
 		case <-ctx.Done():
-			return false
+			return windlass.Event{}, false
 		}
 		wait *= 2
+	}
+}
+
+// awaitQueued returns the queued record of a call another submit of the
+// same id is publishing: the calls stream said duplicate, and that submit
+// stores the record right after. It looks for up to queuedGrace; false
+// when the record does not come (its submitter died in between).
+func (d *Dispatcher) awaitQueued(ctx context.Context, callID string) (windlass.Event, bool) {
+	deadline := time.Now().Add(queuedGrace)
+	for wait := 10 * time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
+		q, err := d.readEvent(ctx, callID, windlass.EventQueued)
+		if err == nil {
+			return q, true
+		}
+		if time.Now().Add(wait).After(deadline) {
+			return windlass.Event{}, false
+		}
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return windlass.Event{}, false
+		}
 	}
 }
 

@@ -113,6 +113,28 @@ func TestCalls(t *testing.T) {
 		}
 	})
 
+	t.Run("OwnIDWithOtherArgumentsIs409", func(t *testing.T) {
+		f.call(f.do("POST", "/v1/calls", `{"tool":"add","arguments":{"a":1,"b":2},"id":"toolu_sum"}`), http.StatusOK)
+		for _, body := range []string{
+			`{"tool":"add","arguments":{"a":1,"b":20},"id":"toolu_sum"}`,
+			`{"tool":"count","arguments":{},"id":"toolu_sum"}`,
+		} {
+			r := f.do("POST", "/v1/calls", body)
+			var e httpapi.ErrorBody
+			if r.status != http.StatusConflict {
+				t.Errorf("%s: got %s, want 409", body, r)
+				continue
+			}
+			r.decode(t, &e)
+			if e.Error.Code != windlass.CodeIDConflict || !strings.Contains(e.Error.Message, `"toolu_sum"`) || e.Result != nil {
+				t.Errorf("%s: error %+v; want id_conflict naming the id, without the other call's result", body, e)
+			}
+		}
+		if c := f.call(f.do("POST", "/v1/calls", `{"tool":"add","arguments":{"b":2, "a":1},"id":"toolu_sum"}`), http.StatusOK); c.Result == nil || c.Result.Content != "3" {
+			t.Errorf("same id, same arguments reordered: %+v, want the call's result", c)
+		}
+	})
+
 	t.Run("OwnIDNeedsEscaping", func(t *testing.T) {
 		// An id may hold "/", "?", "#" and "%": its URL escapes them.
 		c := f.call(f.do("POST", "/v1/calls", `{"tool":"add","arguments":{"a":1,"b":1},"id":"toolu/a?b#c%d"}`), http.StatusOK)

@@ -48,6 +48,7 @@ var statusOf = map[windlass.ErrorCode]int{
 	CodeNotFound:                  http.StatusNotFound,
 	CodeMethodNotAllowed:          http.StatusMethodNotAllowed,
 	CodeCallFinished:              http.StatusConflict,
+	windlass.CodeIDConflict:       http.StatusConflict,
 	CodeTooManyStreams:            http.StatusTooManyRequests,
 	windlass.CodePayloadTooLarge:  http.StatusRequestEntityTooLarge,
 	CodeUnsupportedMediaType:      http.StatusUnsupportedMediaType,
