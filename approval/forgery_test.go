@@ -321,6 +321,14 @@ func TestReplayAfterRedisAndLedgerLoss(t *testing.T) {
 	if n := f.runs.Load(); n != 1 {
 		t.Errorf("the gated tool ran %d times, want once", n)
 	}
+	// An operator sees both, by tool.
+	recs, err := f.d.Refusals(t.Context(), "pay", 0)
+	if err != nil || len(recs) != 2 || recs[0].CallID != id || recs[1].Reason != string(release.ReasonAnswered) {
+		t.Errorf("Refusals(pay) = %+v, %v; want the two replays", recs, err)
+	}
+	if recs, err := f.d.Refusals(t.Context(), "other", 0); err != nil || len(recs) != 0 {
+		t.Errorf("Refusals(other) = %+v, %v; want none", recs, err)
+	}
 }
 
 // approve approves id as alice, with the hash she saw.

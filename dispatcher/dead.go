@@ -100,3 +100,40 @@ func (d *Dispatcher) Replay(ctx context.Context, seq uint64, opts ...CallOption)
 	}
 	return id, nil
 }
+
+// Refusals lists the messages workers dropped from tools' call subjects
+// without running or answering them — calls of gated tools without a
+// valid release: forged, copied, replayed — oldest first (PROTOCOL.md,
+// "Refusals"). tool filters by tool ("" lists all); at most limit are
+// returned (0: 100). The stream keeps layout.MaxRefusals records for as
+// long as dead calls.
+func (d *Dispatcher) Refusals(ctx context.Context, tool string, limit int) ([]windlass.Refusal, error) {
+	filter := layout.RefusalSubjects
+	if tool != "" {
+		if err := windlass.ValidateName(tool); err != nil {
+			return nil, fmt.Errorf("dispatcher: refusals: tool: %w", err)
+		}
+		filter = layout.RefusalSubject(tool)
+	}
+	if limit <= 0 {
+		limit = 100
+	}
+	var out []windlass.Refusal
+	for seq := uint64(1); len(out) < limit; {
+		m, err := d.refusals.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(filter))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			break
+		}
+		if err != nil {
+			return out, fmt.Errorf("dispatcher: refusals: %w", err)
+		}
+		seq = m.Sequence + 1
+		var r windlass.Refusal
+		if err := json.Unmarshal(m.Data, &r); err != nil {
+			d.cfg.Logger.Warn("dispatcher: unreadable refusal record skipped", "seq", m.Sequence, "error", err)
+			continue
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}

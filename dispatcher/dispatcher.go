@@ -81,7 +81,8 @@ type Dispatcher struct {
 	results jetstream.Stream
 	events  jetstream.Stream
 	cancels jetstream.Stream
-	dead    jetstream.Stream
+	dead     jetstream.Stream
+	refusals jetstream.Stream
 	view    *registry.View
 	sub     *nats.Subscription
 
@@ -134,6 +135,7 @@ func New(ctx context.Context, cfg Config) (*Dispatcher, error) {
 	d := &Dispatcher{cfg: cfg, js: js, done: make(chan struct{}), sweeperDone: make(chan struct{}), originHeader: []string{cfg.ID}}
 	for name, s := range map[string]*jetstream.Stream{
 		layout.ResultsStream: &d.results, layout.EventsStream: &d.events, layout.CancelsStream: &d.cancels, layout.DeadStream: &d.dead,
+		layout.RefusalsStream: &d.refusals,
 	} {
 		if *s, err = js.Stream(ctx, name); err != nil {
 			return nil, fmt.Errorf("dispatcher: stream %s: %w", name, err)

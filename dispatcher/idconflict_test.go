@@ -112,3 +112,33 @@ func TestOneIDIsOneCall(t *testing.T) {
 		t.Errorf("add ran %d times, want 6 (sum-1 once, each race once)", n)
 	}
 }
+
+// TestResultTooLargeReachesTheCaller: a tool whose result is over the NATS
+// server's max payload is answered result_too_large at once — Call and
+// Wait on another instance get it long before the call's deadline — and
+// the tool runs once.
+func TestResultTooLargeReachesTheCaller(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int64
+	big := windlass.MustFunc("big", func(ctx context.Context, _ struct{}) (string, error) {
+		runs.Add(1)
+		return strings.Repeat("x", 2<<20), nil
+	})
+	e := newEnv(t, big)
+	other := e.another()
+	e.liveIn(other, "big", "")
+	start := time.Now()
+	r, err := e.d.Call(t.Context(), "big", nil, dispatcher.WithCallID("big-1"), dispatcher.WithTimeout(time.Minute))
+	if err != nil || r.Code() != windlass.CodeResultTooLarge || !strings.Contains(r.Content, "over the fleet's limit") {
+		t.Fatalf("Call = %.300v, %v; want result_too_large", r, err)
+	}
+	if took := time.Since(start); took > 30*time.Second {
+		t.Errorf("the answer took %s", took)
+	}
+	if w, err := other.Wait(waitCtx(t, 10*time.Second), "big-1"); err != nil || w.Code() != windlass.CodeResultTooLarge {
+		t.Errorf("Wait on another instance = %.300v, %v", w, err)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Errorf("the tool ran %d times, want once", n)
+	}
+}

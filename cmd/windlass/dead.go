@@ -23,11 +23,11 @@ type deadJSON struct {
 }
 
 func runDead(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("dead", "dead list [--tool NAME] [--limit N] [--json] | dead replay SEQ [--timeout D] [--wait]", stderr)
+	fs := newFlags("dead", "dead list [--tool NAME] [--limit N] [--json] | dead replay SEQ [--timeout D] [--wait] | dead refusals [--tool NAME] [--limit N] [--json]", stderr)
 	c := commonFlags(fs)
-	tool := stringFlag(fs, "tool", "", "list: only this tool's dead calls")
-	limit := intFlag(fs, "limit", 100, "list: at most this many, oldest first")
-	asJSON := boolFlag(fs, "json", false, "list: print a JSON array; replay --wait: print the whole result as JSON")
+	tool := stringFlag(fs, "tool", "", "list, refusals: only this tool's records")
+	limit := intFlag(fs, "limit", 100, "list, refusals: at most this many, oldest first")
+	asJSON := boolFlag(fs, "json", false, "list, refusals: print a JSON array; replay --wait: print the whole result as JSON")
 	timeout := durationFlag(fs, "timeout", 0, "replay: the new call's deadline (default: the tool's timeout plus a queue allowance)")
 	wait := boolFlag(fs, "wait", false, "replay: wait for the new call's result and print it")
 	pos, err := parseArgs(fs, args)
@@ -39,6 +39,8 @@ func runDead(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return &exitError{code: 2, err: errors.New("dead needs list or replay SEQ")}
 	}
 	switch pos[0] {
+	case "refusals":
+		return listRefusals(ctx, c, pos, *tool, *limit, *asJSON, stdout, stderr)
 	case "list":
 		if len(pos) != 1 {
 			return &exitError{code: 2, err: fmt.Errorf("dead list takes no arguments, got %q", pos[1:])}
@@ -125,7 +127,7 @@ func runDead(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		return printResult(stdout, r, *asJSON)
 	}
-	return &exitError{code: 2, err: fmt.Errorf("dead: unknown action %q (list, replay)", pos[0])}
+	return &exitError{code: 2, err: fmt.Errorf("dead: unknown action %q (list, replay, refusals)", pos[0])}
 }
 
 // shorten cuts s to at most n runes, marking the cut.
@@ -135,4 +137,45 @@ func shorten(s string, n int) string {
 		return string(r[:n-1]) + "…"
 	}
 	return s
+}
+
+// listRefusals is `dead refusals`: the messages workers dropped unanswered
+// (gated calls without a valid release), for an operator.
+func listRefusals(ctx context.Context, c *common, pos []string, tool string, limit int, asJSON bool, stdout, stderr io.Writer) error {
+	if len(pos) != 1 {
+		return &exitError{code: 2, err: fmt.Errorf("dead refusals takes no arguments, got %q", pos[1:])}
+	}
+	if tool != "" {
+		if err := windlass.ValidateName(tool); err != nil {
+			return &exitError{code: 2, err: fmt.Errorf("--tool: %w", err)}
+		}
+	}
+	if limit < 1 {
+		return &exitError{code: 2, err: fmt.Errorf("--limit must be at least 1, got %d", limit)}
+	}
+	d, closeAll, err := c.openDispatcher(ctx, "dead", stderr)
+	if err != nil {
+		return err
+	}
+	defer closeAll()
+	recs, err := d.Refusals(ctx, tool, limit)
+	if err != nil {
+		return fmt.Errorf("dead refusals: %w", err)
+	}
+	if asJSON {
+		if recs == nil {
+			recs = []windlass.Refusal{}
+		}
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		enc.SetEscapeHTML(false)
+		return enc.Encode(recs)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "STREAM SEQ\tCALL ID\tTOOL\tREASON\tDETAIL\tPUBLISHED AT\tCLAIMED ORIGIN")
+	for _, r := range recs {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Seq, r.CallID, r.Tool, r.Reason, shorten(r.Detail, 80),
+			r.PublishedAt.Local().Format(time.DateTime), r.Origin)
+	}
+	return tw.Flush()
 }

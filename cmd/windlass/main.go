@@ -30,7 +30,7 @@ func commands() []command {
 		{"watch", "follow a call's events until it finishes, then print its result: watch ID", runWatch},
 		{"status", "the fleet at a glance (workers, queues, in flight, held approvals; --watch), or where a call stands: status [ID]", runStatus},
 		{"cancel", "cancel a queued, running or held call: cancel ID [--reason TEXT]", runCancel},
-		{"dead", "calls the fleet gave up on: dead list [--tool NAME] | dead replay SEQ [--wait]", runDead},
+		{"dead", "calls the fleet gave up on: dead list [--tool NAME] | dead replay SEQ [--wait] | dead refusals (messages dropped unanswered)", runDead},
 		{"tools", "list the fleet's live tools in a provider's format", runTools},
 		{"approval", "run the approval service (HTTP API, dashboard, webhooks); also: approval keygen, approval token NAME", runApproval},
 		{"approvals", "review held calls: approvals list | approve ID | reject ID --reason TEXT", runApprovals},
