@@ -76,15 +76,15 @@ type Config struct {
 // Dispatcher submits calls to the fleet and collects their results. It is
 // safe for concurrent use; create one per process and [Dispatcher.Close] it.
 type Dispatcher struct {
-	cfg     Config
-	js      jetstream.JetStream
-	results jetstream.Stream
-	events  jetstream.Stream
-	cancels jetstream.Stream
+	cfg      Config
+	js       jetstream.JetStream
+	results  jetstream.Stream
+	events   jetstream.Stream
+	cancels  jetstream.Stream
 	dead     jetstream.Stream
 	refusals jetstream.Stream
-	view    *registry.View
-	sub     *nats.Subscription
+	view     *registry.View
+	sub      *nats.Subscription
 
 	tracer            telemetry.Tracer
 	metrics           *telemetry.DispatcherMetrics // nil: metrics off

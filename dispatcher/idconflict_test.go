@@ -86,7 +86,9 @@ func TestOneIDIsOneCall(t *testing.T) {
 		var wg sync.WaitGroup
 		errs := make([]error, 2)
 		for i, d := range []*dispatcher.Dispatcher{e.d, other} {
-			wg.Go(func() { _, errs[i] = d.Submit(t.Context(), "add", fmt.Sprintf(`{"a":%d,"b":0}`, 10+i), dispatcher.WithCallID(id)) })
+			wg.Go(func() {
+				_, errs[i] = d.Submit(t.Context(), "add", fmt.Sprintf(`{"a":%d,"b":0}`, 10+i), dispatcher.WithCallID(id))
+			})
 		}
 		wg.Wait()
 		won := -1
