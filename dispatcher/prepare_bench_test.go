@@ -54,4 +54,21 @@ func BenchmarkPrepare(b *testing.B) {
 			})
 		}
 	}
+	// A caller's own id (a model's tool-call id) also costs the canonical
+	// hash of the arguments, which makes a resubmit with other arguments an
+	// id_conflict.
+	for _, size := range []int{128, 1024, 8192} {
+		args := bench.Arguments(bench.NoopTool, size, 0)
+		b.Run(fmt.Sprintf("%s/%dB/own-id", bench.NoopTool, size), func(b *testing.B) {
+			ctx := context.Background()
+			own := dispatcher.WithCallID("toolu_01bench")
+			b.ReportAllocs()
+			b.SetBytes(int64(len(args)))
+			for b.Loop() {
+				if err := d.Prepare(ctx, bench.NoopTool, args, own); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }

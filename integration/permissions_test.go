@@ -87,6 +87,7 @@ func TestPermissions(t *testing.T) {
 		{"worker reads every inbox", "worker", sub, "_INBOX.>", true},
 		{"worker reads its inbox", "worker", sub, "_INBOX_worker.>", false},
 		{"worker records a refusal", "worker", pub, "windlass.refused.transfer_funds", false},
+		{"worker opens the release ledger", "worker", pub, "$JS.API.STREAM.INFO.KV_WINDLASS_RELEASES", false},
 		{"worker claims a release", "worker", pub, "$KV.WINDLASS_RELEASES.0123", false},
 		{"worker deletes the release ledger", "worker", pub, "$JS.API.STREAM.DELETE.KV_WINDLASS_RELEASES", true},
 		{"worker purges a claim", "worker", pub, "$JS.API.STREAM.PURGE.KV_WINDLASS_RELEASES", true},

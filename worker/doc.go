@@ -31,16 +31,30 @@
 // One function, settle, maps an outcome onto JetStream: a result (success or
 // error) is published to the results stream and then the call is acked; a
 // malformed message is answered when its id can be read and terminated; a
-// call interrupted by shutdown is nacked so another worker runs it.
+// call interrupted by shutdown is nacked so another worker runs it. A
+// refused message on a gated tool's subject is terminated by drop, with no
+// result.
 //
 // # Gated tools
 //
 // A call of a tool that requires approval runs only when it carries a valid
 // release from the approval service (see package approval/release):
-// Config.Releases verifies its signature, call id, tool, spec version,
-// expiry and the hash of the very arguments about to run; Config.Ledger
-// makes it single-use. Anything else is answered rejected without running:
-// the worker fails closed, also when it has no keys.
+// Config.Releases verifies its signature, call id, tool and the hash of the
+// very arguments about to run, and the release ledger (a JetStream
+// key-value bucket) makes it single-use; a first use of a release whose call
+// already has a result is refused too. Anything else is dropped — terminated
+// and recorded as a windlass.Refusal, never answered, since an answer under
+// its call id would be whoever published it choosing what the real caller is
+// told — and the worker fails closed, also when it has no keys. Only the
+// message that holds the release is answered (timeout past the release's
+// expiry, spec_mismatch, canceled) or run, and its result goes to the origin
+// the release signs.
+//
+// # Results too large to send
+//
+// A result over the NATS server's max payload is answered result_too_large
+// and the call acked: the tool did its work, and redelivering the call would
+// only run it again.
 //
 // # Shutdown
 //

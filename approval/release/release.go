@@ -4,10 +4,12 @@
 // an Ed25519 private key; every worker holds the public keys and runs a
 // gated call only when its release verifies against the call it is about to
 // run: the worker recomputes the arguments hash itself and fails closed on
-// any mismatch. A [Ledger] in Redis makes a release single-use: it binds the
-// release to the one stream message that first presented it, so a redelivery
-// of that message may run again (at-least-once) but a copy republished under
-// another message id may not.
+// any mismatch. A [Ledger] (a JetStream key-value bucket, which survives
+// Redis losing its data) makes a release single-use: it binds the release to
+// the one stream message that first presented it, so a redelivery of that
+// message may run again (at-least-once) but a copy republished under
+// another message id may not. A message that fails is dropped by the
+// worker, never answered (PROTOCOL.md, "Refusals"); [Reason] says why.
 //
 // # Key set-up
 //
