@@ -31,6 +31,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/windlass-dev/windlass"
@@ -66,13 +67,27 @@ type Release struct {
 // sorted, insignificant space removed, numbers as written). Empty or null
 // arguments hash as {}.
 func ArgumentsHash(args json.RawMessage) (string, error) {
+	var sum [sha256.Size]byte
+	if b := bytes.TrimSpace(args); len(b) > 0 && string(b) != "null" {
+		buf := canonicalBuffers.Get().(*[]byte)
+		defer canonicalBuffers.Put(buf)
+		if out, ok := canonicalFast((*buf)[:0], b); ok {
+			*buf = out
+			sum = sha256.Sum256(out)
+			return hex.EncodeToString(sum[:]), nil
+		}
+	}
 	canon, err := Canonical(args)
 	if err != nil {
 		return "", err
 	}
-	sum := sha256.Sum256(canon)
+	sum = sha256.Sum256(canon)
 	return hex.EncodeToString(sum[:]), nil
 }
+
+// canonicalBuffers holds the buffers ArgumentsHash writes canonical forms
+// into: the form is hashed, never returned.
+var canonicalBuffers = sync.Pool{New: func() any { return new([]byte) }}
 
 // Canonical returns the canonical JSON of args used by [ArgumentsHash].
 func Canonical(args json.RawMessage) ([]byte, error) {
@@ -80,6 +95,16 @@ func Canonical(args json.RawMessage) ([]byte, error) {
 	if len(b) == 0 || string(b) == "null" {
 		return []byte("{}"), nil
 	}
+	if out, ok := canonicalFast(make([]byte, 0, len(b)), b); ok {
+		return out, nil
+	}
+	return canonicalSlow(b)
+}
+
+// canonicalSlow is [Canonical] through encoding/json: it decodes and
+// re-encodes, which handles everything (escapes, duplicate keys) and says
+// what is wrong with invalid JSON.
+func canonicalSlow(b []byte) ([]byte, error) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
 	var v any
