@@ -74,8 +74,8 @@ type DeadCall struct {
 	// Origin is the dispatcher instance its result went to.
 	Origin string `json:"origin,omitempty"`
 	// ArgumentsOmitted reports that the record could not hold the call's
-	// arguments (with them it was over the server's max payload); such a
-	// call cannot be replayed.
+	// arguments and metadata (with them it was over the server's max
+	// payload); such a call cannot be replayed.
 	ArgumentsOmitted bool `json:"arguments_omitted,omitempty"`
 	// Seq is the record's sequence in the dead calls stream, its handle for
 	// replay (set when read, never on the wire).

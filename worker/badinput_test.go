@@ -245,3 +245,34 @@ func TestLargeProgressAndErrorsAreCutNotFatal(t *testing.T) {
 
 // nested returns n levels of JSON arrays, [[[…]]].
 func nested(n int) string { return strings.Repeat("[", n) + strings.Repeat("]", n) }
+
+// TestDeadRecordTooLargeStillAnswers: a call near the max payload whose
+// bulk is metadata, and whose retries run out with a long error: its dead
+// record cannot hold the call, so it is kept without the arguments and
+// metadata; the caller is answered and the tool ran as often as its retry
+// policy says, no more. (The record used to fail, the call was left for
+// redelivery, ran again on each, then looped unanswered.)
+func TestDeadRecordTooLargeStillAnswers(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	var runs atomic.Int64
+	flaky := windlass.MustFunc("flaky", func(ctx context.Context, _ struct{}) (string, error) {
+		runs.Add(1)
+		return "", windlass.Retryable(errors.New(strings.Repeat("e", 10000)))
+	})
+	b.start(worker.Config{AckWait: time.Second}, flaky, worker.WithRetry(worker.RetryPolicy{MaxAttempts: 2, InitialBackoff: 50 * time.Millisecond}))
+	limit := int(b.nats.Connect(t).MaxPayload())
+	b.publish(windlass.ToolCall{ID: "big-meta", Name: "flaky", Arguments: json.RawMessage(`{}`),
+		Metadata: map[string]string{"blob": strings.Repeat("m", limit-3000)}})
+	r := b.result(15 * time.Second)
+	if r.CallID != "big-meta" || r.Code() != windlass.CodeToolError || r.Attempt != 2 {
+		t.Errorf("answer %.300v, want the last attempt's error", r)
+	}
+	if dc, ok := b.deadCall("flaky", "big-meta"); !ok || !dc.ArgumentsOmitted || dc.Call.Metadata != nil || dc.Deliveries != 2 {
+		t.Errorf("dead record %+v (found %v), want it kept without arguments and metadata", dc, ok)
+	}
+	b.callsStreamEmpties()
+	if n := runs.Load(); n != 2 {
+		t.Errorf("ran %d times, want 2 (MaxAttempts)", n)
+	}
+}

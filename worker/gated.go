@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -43,7 +44,16 @@ func (w *Worker) admitGated(ctx context.Context, c *running, meta *jetstream.Msg
 		w.drop(ctx, c, meta, release.ReasonOf(err), err.Error())
 		return call, false
 	}
-	fresh, err := w.ledger.Claim(ctx, call.ID, meta.Sequence.Stream, rel.ExpiresAt)
+	// The ledger and the results stream must answer; while they cannot,
+	// the worker asks again in place, the heartbeat keeping the message: a
+	// hand-back would count as a delivery, and five of them would bury a
+	// genuine call as worker_lost.
+	var fresh bool
+	err = w.untilAnswered(ctx, c, rel.ExpiresAt, "cannot check the release ledger now", func(ctx context.Context) error {
+		var err error
+		fresh, err = w.ledger.Claim(ctx, call.ID, meta.Sequence.Stream, rel.ExpiresAt)
+		return err
+	})
 	switch {
 	case errors.Is(err, release.ErrInvalid):
 		w.drop(ctx, c, meta, release.ReasonOf(err), err.Error())
@@ -52,19 +62,38 @@ func (w *Worker) admitGated(ctx context.Context, c *running, meta *jetstream.Msg
 		w.handBack(ctx, c, "cannot check the release ledger now", err)
 		return call, false
 	}
-	if fresh {
-		// The first message to use this release. Should the call have its
-		// answer already, this is a copy of a message that ran, replayed
-		// after the ledger lost its claim: it must not run again.
-		answered, err := w.hasResult(ctx, call.ID)
-		switch {
-		case err != nil:
-			w.handBack(ctx, c, "cannot tell whether the call was answered already", err)
-			return call, false
-		case answered:
-			w.drop(ctx, c, meta, release.ReasonAnswered, "the call already has its result; a released call runs once")
-			return call, false
-		}
+	// Whether the call has its answer already, as the results stream's
+	// leader says, on every delivery: a gated call never runs on a guess.
+	var stored windlass.ToolResult
+	var answered bool
+	err = w.untilAnswered(ctx, c, rel.ExpiresAt, "cannot tell whether the call was answered already", func(ctx context.Context) error {
+		var err error
+		stored, answered, err = w.storedResult(ctx, call.ID)
+		return err
+	})
+	switch {
+	case err != nil:
+		w.handBack(ctx, c, "cannot tell whether the call was answered already", err)
+		return call, false
+	case answered && !fresh:
+		// This very message ran; its worker answered, then was lost
+		// before its ack landed.
+		log.InfoContext(ctx, "worker: redelivered call already answered; acking without running")
+		w.stats.alreadyAnswered.Add(1)
+		w.settle(ctx, msg, ack, nil, c.origin, log)
+		return call, false
+	case answered && stored.Code() == windlass.CodeCanceled:
+		// Canceled after its release, before a worker took it: the
+		// canceler answered the caller.
+		log.InfoContext(ctx, "worker: released call was canceled before it started; acking without running")
+		w.stats.canceled.Add(1)
+		w.settle(ctx, msg, ack, nil, c.origin, log)
+		return call, false
+	case answered:
+		// The first use of a release whose call has its answer: a copy of
+		// a message that ran, replayed after the ledger lost its claim.
+		w.drop(ctx, c, meta, release.ReasonAnswered, "the call already has its result; a released call runs once")
+		return call, false
 	}
 	call.Deadline = rel.ExpiresAt
 	if rel.SpecHash != "" {
@@ -77,32 +106,59 @@ func (w *Worker) admitGated(ctx context.Context, c *running, meta *jetstream.Msg
 	return call, true
 }
 
-// gatedRetryDelay is how long a gated call waits before it is delivered
-// again when its release cannot be checked now.
-const gatedRetryDelay = time.Second
+// untilAnswered calls ask until it returns nil or a refusal (wrapping
+// release.ErrInvalid), retrying any other error with backoff until until
+// (the release's expiry: past it the call cannot run anyway) or the
+// worker's shutdown. It returns ask's last error.
+func (w *Worker) untilAnswered(ctx context.Context, c *running, until time.Time, what string, ask func(context.Context) error) error {
+	err := ask(ctx)
+	if err == nil || errors.Is(err, release.ErrInvalid) {
+		return err // the usual case, without the backoff's allocations
+	}
+	c.log.WarnContext(ctx, "worker: "+what+"; asking again", "error", err)
+	ctx, cancel := context.WithDeadline(ctx, until)
+	defer cancel()
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = gatedRetryInterval, 2*time.Second, 0
+	last := err
+	_ = backoff.Retry(func() error {
+		if last = ask(ctx); last == nil || errors.Is(last, release.ErrInvalid) {
+			return nil
+		}
+		return last
+	}, backoff.WithContext(b, ctx))
+	return last
+}
+
+// gatedRetryInterval is the first wait before a gated call's release is
+// checked again, and the delay of a hand-back.
+const gatedRetryInterval = 100 * time.Millisecond
 
 // handBack returns a call to the stream for a later delivery, without
-// answering it: what it needs to be judged is unreachable for now.
+// answering it: what it needs to be judged stayed unreachable until its
+// release expired, or the worker is shutting down.
 func (w *Worker) handBack(ctx context.Context, c *running, why string, err error) {
-	c.log.WarnContext(ctx, "worker: "+why+"; retrying the call later", "error", err)
+	c.log.WarnContext(ctx, "worker: "+why+"; handing the call back", "error", err)
 	w.stats.requeued.Add(1)
 	c.hb.stop()
-	if err := c.msg.NakWithDelay(gatedRetryDelay); err != nil {
+	if err := c.msg.NakWithDelay(gatedRetryInterval); err != nil {
 		c.log.WarnContext(ctx, "worker: handing the call back failed; it is redelivered after the ack wait", "error", err)
 	}
 }
 
-// hasResult reports whether the call has a result in the results stream,
-// as the stream's leader says; an error when it cannot tell.
-func (w *Worker) hasResult(ctx context.Context, callID string) (bool, error) {
-	_, err := streamread.First(ctx, w.cfg.JetStream.Conn(), w.resultsStream, layout.ResultByCall(callID))
+// storedResult reads the call's result from the results stream, as the
+// stream's leader says; an error when it cannot tell.
+func (w *Worker) storedResult(ctx context.Context, callID string) (windlass.ToolResult, bool, error) {
+	data, err := streamread.First(ctx, w.cfg.JetStream.Conn(), w.resultsStream, layout.ResultByCall(callID))
 	switch {
-	case err == nil:
-		return true, nil
 	case errors.Is(err, jetstream.ErrMsgNotFound):
-		return false, nil
+		return windlass.ToolResult{}, false, nil
+	case err != nil:
+		return windlass.ToolResult{}, false, err
 	}
-	return false, err
+	var r windlass.ToolResult
+	_ = json.Unmarshal(data, &r) // a result that does not decode is a result all the same
+	return r, true, nil
 }
 
 // drop terminates a message that must neither run nor be answered, and

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -26,18 +28,48 @@ type gatedBench struct {
 	tool   windlass.Tool
 	runs   atomic.Int64
 	w      *worker.Worker
+	logs   *logLines
 }
 
 func newGatedBench(t *testing.T) *gatedBench {
 	t.Helper()
-	g := &gatedBench{bench: newBench(t), signer: newSigner(t)}
+	g := &gatedBench{bench: newBench(t), signer: newSigner(t), logs: &logLines{}}
 	g.tool = countingEcho(&g.runs, windlass.WithApproval())
 	pub, err := release.ParsePublicKey(g.signer.PublicKey())
 	if err != nil {
 		t.Fatal(err)
 	}
-	g.w, _ = g.start(worker.Config{Releases: release.NewVerifier(pub)}, g.tool)
+	g.w, _ = g.start(worker.Config{Releases: release.NewVerifier(pub), Logger: slog.New(g.logs)}, g.tool)
 	return g
+}
+
+// logged reports whether the worker logged a line containing s.
+func (g *gatedBench) logged(s string) bool { return g.logs.contains(s) }
+
+// logLines is a slog handler that keeps the messages.
+type logLines struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logLines) Enabled(context.Context, slog.Level) bool { return true }
+func (l *logLines) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, r.Message)
+	return nil
+}
+func (l *logLines) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *logLines) WithGroup(string) slog.Handler      { return l }
+func (l *logLines) contains(s string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, line := range l.lines {
+		if strings.Contains(line, s) {
+			return true
+		}
+	}
+	return false
 }
 
 func newSigner(t *testing.T) *release.Signer {
@@ -234,10 +266,13 @@ func TestReleaseIsSingleUseWhenTheLedgerLosesItsEntry(t *testing.T) {
 	}
 }
 
-// TestUnreadableLedgerHandsTheCallBack: while the release ledger cannot be
-// written (its bucket gone), a released call neither runs nor is refused:
-// it is handed back and runs once the ledger is back.
-func TestUnreadableLedgerHandsTheCallBack(t *testing.T) {
+// TestLedgerOutageDoesNotBuryAGenuineCall: while the release ledger
+// cannot be written (its bucket gone), a released call neither runs nor is
+// refused; the worker asks again in place, the message kept alive, and the
+// call runs once the ledger is back. Handing it back instead counted a
+// delivery each time: an outage of five seconds buried the approved call as
+// worker_lost.
+func TestLedgerOutageDoesNotBuryAGenuineCall(t *testing.T) {
 	t.Parallel()
 	g := newGatedBench(t)
 	if err := g.js.DeleteKeyValue(t.Context(), layout.ReleasesBucket); err != nil {
@@ -245,7 +280,10 @@ func TestUnreadableLedgerHandsTheCallBack(t *testing.T) {
 	}
 	args := json.RawMessage(`{"text":"ok"}`)
 	g.publishGated(callBody(t, "g", "echo", args), g.releaseOf(g.signer, "g", args), "")
-	g.waitFor(10*time.Second, "the call handed back", func() bool { return g.w.Stats().Requeued > 0 })
+	g.waitFor(10*time.Second, "the ledger found unwritable", func() bool { return g.logged("cannot check the release ledger now") })
+	// The outage lasts past five of the old one-second hand-backs.
+	outage := time.NewTimer(6 * time.Second)
+	<-outage.C
 	g.noAnswerYet("the ledger down")
 	if n := g.runs.Load(); n != 0 {
 		t.Fatalf("ran %d times without the ledger", n)
@@ -253,11 +291,80 @@ func TestUnreadableLedgerHandsTheCallBack(t *testing.T) {
 	if _, err := layout.EnsureReleases(t.Context(), g.js, layout.StreamOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if r := g.result(15 * time.Second); r.IsError || r.Content != "ok" || g.runs.Load() != 1 {
-		t.Errorf("after the ledger came back: %+v (runs %d)", r, g.runs.Load())
+	if r := g.result(15 * time.Second); r.IsError || r.Content != "ok" || g.runs.Load() != 1 || r.Attempt != 1 {
+		t.Errorf("after the ledger came back: %+v (runs %d), want it run, on its first delivery", r, g.runs.Load())
 	}
-	if g.w.Stats().Refused != 0 {
-		t.Errorf("the call was refused while the ledger was down")
+	if st := g.w.Stats(); st.Refused != 0 || st.Requeued != 0 {
+		t.Errorf("stats %+v: the call was refused or handed back while the ledger was down", st)
+	}
+}
+
+// failingResults is a JetStream client whose results stream fails its
+// next reads: a mock, because a real server cannot be made to fail just
+// the worker's look-up of one call's result while the ledger works.
+type failingResults struct {
+	jetstream.JetStream
+	fail *atomic.Int64
+}
+
+func (f failingResults) Stream(ctx context.Context, name string) (jetstream.Stream, error) {
+	s, err := f.JetStream.Stream(ctx, name)
+	if err != nil || name != layout.ResultsStream {
+		return s, err
+	}
+	return failingStream{Stream: s, fail: f.fail}, nil
+}
+
+type failingStream struct {
+	jetstream.Stream
+	fail *atomic.Int64
+}
+
+func (f failingStream) GetMsg(ctx context.Context, seq uint64, opts ...jetstream.GetMsgOpt) (*jetstream.RawStreamMsg, error) {
+	if f.fail.Add(-1) >= 0 {
+		return nil, nats.ErrTimeout
+	}
+	return f.Stream.GetMsg(ctx, seq, opts...)
+}
+
+// TestReplayIsRefusedWhenTheResultsReadFailsFirst: the released call ran;
+// the ledger loses its entry; a copy is replayed while the results stream
+// fails the worker's first reads. The worker asks again until it can tell,
+// finds the result and refuses the copy: it never runs a gated call on a
+// guess. (Handing it back once used to skip the look-up on the next
+// delivery, whose claim was no longer its first, and the copy ran.)
+func TestReplayIsRefusedWhenTheResultsReadFailsFirst(t *testing.T) {
+	t.Parallel()
+	g := &gatedBench{bench: newBench(t), signer: newSigner(t)}
+	g.tool = countingEcho(&g.runs, windlass.WithApproval())
+	pub, _ := release.ParsePublicKey(g.signer.PublicKey())
+	js, err := jetstream.New(g.nats.Connect(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fail := new(atomic.Int64)
+	g.w, _ = g.start(worker.Config{JetStream: failingResults{JetStream: js, fail: fail}, Releases: release.NewVerifier(pub)}, g.tool)
+
+	args := json.RawMessage(`{"text":"pay bob"}`)
+	hdr := g.releaseOf(g.signer, "pay-1", args)
+	g.publishGated(callBody(t, "pay-1", "echo", args), hdr, g.signer.MessageID("pay-1"))
+	if r := g.result(10 * time.Second); r.IsError || r.Content != "pay bob" {
+		t.Fatalf("the released call: %+v", r)
+	}
+	kv, err := g.js.KeyValue(t.Context(), layout.ReleasesBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Purge(t.Context(), layout.CallToken("pay-1")); err != nil {
+		t.Fatal(err)
+	}
+	fail.Store(3)
+	seq := g.publishGated(callBody(t, "pay-1", "echo", args), hdr, "replayed")
+	if rec := g.refusal(seq); rec.Reason != string(release.ReasonAnswered) {
+		t.Errorf("the replay: refusal %+v, want already_answered", rec)
+	}
+	if n := g.runs.Load(); n != 1 {
+		t.Errorf("the gated tool ran %d times, want once", n)
 	}
 }
 

@@ -151,7 +151,7 @@ func (w *Worker) process(ctx context.Context, msg jetstream.Msg, t *registered, 
 		}
 		c.call, origin = call, c.origin
 	}
-	if call.Attempt > 1 && w.answered(ctx, call.ID) {
+	if !t.spec.RequiresApproval && call.Attempt > 1 && w.answered(ctx, call.ID) { // a gated call was looked up by admitGated
 		// Its earlier worker published the result but was lost (or paused
 		// past the ack wait) before its ack landed: the caller has its
 		// answer; running the call again would only repeat its effects.
@@ -397,14 +397,20 @@ func (w *Worker) recordDead(ctx context.Context, call windlass.ToolCall, deliver
 		nats.MsgIdHdr: []string{layout.DeadMsgID(call.ID)}, layout.HeaderProtocol: []string{protocolVersion},
 	}}
 	if limit := w.cfg.JetStream.Conn().MaxPayload(); limit > 0 && int64(messageSize(m)) > limit {
-		// Arguments near the max payload and an error: keep the record,
-		// without the arguments, rather than leave the call to run again.
-		rec.Call.Arguments, rec.ArgumentsOmitted = nil, true
+		// A call near the max payload and an error: keep the record,
+		// without the arguments and metadata, rather than leave the call
+		// to run again.
+		rec.Call.Arguments, rec.Call.Metadata, rec.ArgumentsOmitted = nil, nil, true
 		if m.Data, err = json.Marshal(rec); err != nil {
 			return false
 		}
 	}
-	if _, err := w.publishDurably(ctx, m); err != nil {
+	if _, err := w.publishDurably(ctx, m); errors.Is(err, nats.ErrMaxPayload) {
+		// Still too large: the answer matters more than the record, and a
+		// redelivery would only fail the same way (after running again).
+		log.ErrorContext(ctx, "worker: the dead call's record is too large to keep; answering without it", "error", err)
+		return true
+	} else if err != nil {
 		log.ErrorContext(ctx, "worker: could not record the dead call; leaving it for redelivery", "error", err)
 		return false
 	}

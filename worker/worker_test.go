@@ -63,11 +63,14 @@ func newBench(t *testing.T) *bench {
 // start runs a worker with cfg and the tool until the test ends (or stop).
 func (b *bench) start(cfg worker.Config, tool windlass.Tool, opts ...worker.ToolOption) (w *worker.Worker, stop func()) {
 	b.t.Helper()
-	js, err := jetstream.New(b.nats.Connect(b.t))
-	if err != nil {
-		b.t.Fatal(err)
+	var err error
+	if cfg.JetStream == nil {
+		js, err := jetstream.New(b.nats.Connect(b.t))
+		if err != nil {
+			b.t.Fatal(err)
+		}
+		cfg.JetStream = js
 	}
-	cfg.JetStream = js
 	w, err = worker.New(cfg)
 	if err != nil {
 		b.t.Fatal(err)

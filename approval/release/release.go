@@ -279,6 +279,8 @@ func (v *Verifier) Authenticate(header string, call windlass.ToolCall) (Release,
 		return r, invalid(ReasonMalformed, "undecodable payload")
 	}
 	switch {
+	case r.ExpiresAt.IsZero():
+		return r, invalid(ReasonMalformed, "the release has no expiry")
 	case r.CallID != call.ID:
 		return r, invalid(ReasonOtherCall, "issued for call %q, not %q", r.CallID, call.ID)
 	case r.Tool != call.Name:
