@@ -232,13 +232,23 @@ func (d *Dispatcher) publish(ctx context.Context, p *prepared) (duplicate bool, 
 	}
 	switch {
 	case !ack.Duplicate:
-		d.publishQueued(ctx, p, queuedAt)
+		if q, taken := d.publishQueued(ctx, p, queuedAt); taken && conflict(p, q) != nil {
+			// A record of another call with this id, older than the
+			// duplicate window, that the look-up before the publish
+			// missed (the stream unreadable then). This call is accepted
+			// and will run: say so, and keep the other's record.
+			d.cfg.Logger.Warn("dispatcher: accepted a call whose id an older call with other arguments used; its queued record stays the older call's", "call_id", p.call.ID)
+		}
 		return false, nil
 	case retried:
 		// Most likely this publish's own earlier attempt, stored but not
-		// acknowledged. A random id can only be ours; a caller's own id is
-		// still waited for by id, in case another submit of it came first.
-		d.publishQueued(ctx, p, queuedAt)
+		// acknowledged. But another submit of the id may have come first:
+		// its record, written create-only, says which call is stored.
+		if q, taken := d.publishQueued(ctx, p, queuedAt); taken {
+			return true, conflict(p, q)
+		}
+		// A random id can only be ours; a caller's own id is still waited
+		// for by id, in case another submit of it came first.
 		return p.ownID, nil
 	}
 	// Another submit of this id, within the duplicate window, perhaps this

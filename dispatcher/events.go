@@ -22,20 +22,35 @@ import (
 // returns or Call waits. A failure is logged, not returned: the call is
 // accepted all the same. at is taken before the call was published, so
 // (on one clock) the queued time never follows a worker's start.
-func (d *Dispatcher) publishQueued(ctx context.Context, p *prepared, at time.Time) {
+//
+// The record is written create-only: the first submit of an id writes
+// it, and a later one never overwrites what the first said (its tool,
+// arguments hash and origin). When one is there already, publishQueued
+// returns it with taken true.
+func (d *Dispatcher) publishQueued(ctx context.Context, p *prepared, at time.Time) (existing windlass.Event, taken bool) {
 	call := p.call
 	e := windlass.Event{CallID: call.ID, Kind: windlass.EventQueued, Tool: call.Name, Time: at, Deadline: call.Deadline, Origin: d.cfg.ID, ArgsHash: p.argsHash}
 	data, err := json.Marshal(e)
 	if err != nil {
-		return
+		return windlass.Event{}, false
 	}
 	// Stored even when the caller gives up meanwhile (the call is accepted
 	// and runs; a cancellation needs this record to find it), within the
 	// client's default publish timeout.
-	if _, err := d.js.PublishMsg(context.WithoutCancel(ctx), &nats.Msg{Subject: layout.EventSubject(call.ID, string(e.Kind)), Data: data,
-		Header: nats.Header{layout.HeaderProtocol: []string{protocolVersion}}}); err != nil {
+	ctx = context.WithoutCancel(ctx)
+	_, err = d.js.PublishMsg(ctx, &nats.Msg{Subject: layout.EventSubject(call.ID, string(e.Kind)), Data: data,
+		Header: nats.Header{layout.HeaderProtocol: []string{protocolVersion}}}, jetstream.WithExpectLastSequencePerSubject(0))
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
+		if q, err := d.readEvent(ctx, call.ID, windlass.EventQueued); err == nil {
+			return q, true
+		}
+		return windlass.Event{}, false
+	}
+	if err != nil {
 		d.cfg.Logger.Warn("dispatcher: could not record the call as queued; Cancel, Status and Watch may not find it", "call_id", call.ID, "error", err)
 	}
+	return windlass.Event{}, false
 }
 
 // lastEvent reads a call's latest event of one kind: false when the

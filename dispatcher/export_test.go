@@ -1,6 +1,10 @@
 package dispatcher
 
-import "context"
+import (
+	"context"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
 
 // Prepare exposes prepare (look up, validate, encode; no I/O) to the
 // black-box benchmarks of package dispatcher_test.
@@ -8,3 +12,7 @@ func (d *Dispatcher) Prepare(ctx context.Context, name string, args any, opts ..
 	_, err := d.prepare(ctx, name, args, opts)
 	return err
 }
+
+// WrapJetStream replaces d's JetStream client, for tests that must force a
+// fault a real server does not show on demand (a lost acknowledgement).
+func WrapJetStream(d *Dispatcher, f func(jetstream.JetStream) jetstream.JetStream) { d.js = f(d.js) }

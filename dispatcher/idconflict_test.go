@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/dispatcher"
 )
@@ -142,5 +145,60 @@ func TestResultTooLargeReachesTheCaller(t *testing.T) {
 	}
 	if n := runs.Load(); n != 1 {
 		t.Errorf("the tool ran %d times, want once", n)
+	}
+}
+
+// lostAckJS fails the first publish of a call as a lost acknowledgement
+// would, after running before (another submit of the id, racing it): a
+// mock, because a real server does not lose one acknowledgement on demand.
+type lostAckJS struct {
+	jetstream.JetStream
+	once   atomic.Bool
+	before func()
+}
+
+func (l *lostAckJS) PublishMsg(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	if strings.HasPrefix(m.Subject, "windlass.call.") && l.once.CompareAndSwap(false, true) {
+		l.before()
+		return nil, nats.ErrTimeout
+	}
+	return l.JetStream.PublishMsg(ctx, m, opts...)
+}
+
+// TestRetriedPublishStillChecksTheID: two submits of one id with other
+// arguments race, and the second one's first publish is not acknowledged.
+// Its retry is reported duplicate, which looks like its own earlier
+// attempt; the queued record, written create-only by the first submit,
+// says it is not: the second is refused id_conflict, and the first
+// caller's retry is still the first call. (The retry used to be taken as
+// its own, its record replaced the first's: the second caller got the
+// first call's result and the first caller's retry was refused.)
+func TestRetriedPublishStillChecksTheID(t *testing.T) {
+	t.Parallel()
+	add := windlass.MustFunc("add", func(ctx context.Context, in struct {
+		A float64 `json:"a"`
+		B float64 `json:"b"`
+	}) (float64, error) {
+		return in.A + in.B, nil
+	})
+	e := newEnv(t, add)
+	other := e.another()
+	e.liveIn(other, "add", "")
+	dispatcher.WrapJetStream(other, func(js jetstream.JetStream) jetstream.JetStream {
+		return &lostAckJS{JetStream: js, before: func() {
+			if _, err := e.d.Submit(t.Context(), "add", `{"a":1,"b":2}`, dispatcher.WithCallID("x")); err != nil {
+				t.Errorf("first submit: %v", err)
+			}
+		}}
+	})
+	var ce *windlass.CallError
+	if _, err := other.Submit(t.Context(), "add", `{"a":1,"b":3}`, dispatcher.WithCallID("x")); !errors.As(err, &ce) || ce.Code != windlass.CodeIDConflict {
+		t.Errorf("second submit, other arguments, its publish retried: %v, want id_conflict", err)
+	}
+	if _, err := e.d.Submit(t.Context(), "add", `{"b":2,"a":1}`, dispatcher.WithCallID("x")); err != nil {
+		t.Errorf("the first caller's retry (same tool, same arguments): %v", err)
+	}
+	if r, err := e.d.Wait(waitCtx(t, 10*time.Second), "x"); err != nil || r.Content != "3" {
+		t.Errorf("the call's result = %+v, %v; want 1+2", r, err)
 	}
 }
