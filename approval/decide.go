@@ -26,7 +26,28 @@ var (
 	ErrAlreadyApproved = errors.New("approval: this reviewer already approved the call; it needs another reviewer")
 	// ErrNoReviewer: a decision without a reviewer identity (401).
 	ErrNoReviewer = errors.New("approval: a decision needs a reviewer")
+	// ErrReasonTooLong: a rejection's reason over MaxReason bytes (400).
+	ErrReasonTooLong = fmt.Errorf("approval: reason: at most %d bytes", MaxReason)
 )
+
+// MaxReason bounds a rejection's reason, which the caller's result quotes.
+const MaxReason = 4096
+
+// TooLargeError reports edited arguments that would make the call too
+// large to release (413): the call, with its release, over the NATS
+// server's max payload.
+type TooLargeError struct {
+	// Size is the released call's size, in bytes, with the edited
+	// arguments and the room for the release.
+	Size int
+	// Limit is the server's max payload.
+	Limit int64
+}
+
+// Error implements error.
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("approval: arguments: with the edited arguments the released call would be %d bytes, over the NATS server's max payload of %d bytes", e.Size, e.Limit)
+}
 
 // DecidedError reports a decision on a call already decided (409). Call is
 // the call with its first decision.
@@ -138,6 +159,9 @@ func (s *Service) Approve(ctx context.Context, id, reviewer, argsHash string, ed
 		if err != nil {
 			return nil, &InvalidArgumentsError{Err: err}
 		}
+		if err := s.fits(h, canon); err != nil {
+			return nil, err
+		}
 		d.editedArgs = canon
 		d.editedHash, _ = release.ArgumentsHash(canon)
 	}
@@ -150,7 +174,28 @@ func (s *Service) Reject(ctx context.Context, id, reviewer, reason string) (*Hel
 	if reviewer == "" {
 		return nil, ErrNoReviewer
 	}
+	if len(reason) > MaxReason {
+		return nil, ErrReasonTooLong
+	}
 	return s.decide(ctx, id, decision{reviewer: reviewer, reason: reason})
+}
+
+// fits checks that the held call with args can still be released: its
+// message, with the room for its release, within the server's max payload.
+func (s *Service) fits(h *HeldCall, args json.RawMessage) error {
+	call, err := h.toolCall()
+	if err != nil {
+		return err
+	}
+	call.Arguments = args
+	data, err := json.Marshal(call)
+	if err != nil {
+		return err
+	}
+	if limit, size := s.cfg.Conn.MaxPayload(), len(data)+release.Reserve; limit > 0 && int64(size) > limit {
+		return &TooLargeError{Size: size, Limit: limit}
+	}
+	return nil
 }
 
 func (s *Service) validateEdit(ctx context.Context, tool string, edited json.RawMessage) error {

@@ -200,14 +200,19 @@ func (s *Service) handleReject(w http.ResponseWriter, r *http.Request, reviewer 
 
 func (s *Service) writeDecisionError(w http.ResponseWriter, err error) {
 	var (
-		decided *DecidedError
-		invalid *InvalidArgumentsError
+		decided  *DecidedError
+		invalid  *InvalidArgumentsError
+		tooLarge *TooLargeError
 	)
 	switch {
 	case errors.As(err, &decided):
 		writeJSON(w, http.StatusConflict, map[string]any{"error": map[string]string{"code": "already_decided", "message": err.Error()}, "call": decided.Call})
 	case errors.As(err, &invalid):
 		writeError(w, http.StatusUnprocessableEntity, "invalid_arguments", invalid.Err.Error())
+	case errors.As(err, &tooLarge):
+		writeError(w, http.StatusRequestEntityTooLarge, "payload_too_large", err.Error())
+	case errors.Is(err, ErrReasonTooLong):
+		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
 	case errors.Is(err, ErrNotFound):
 		writeError(w, http.StatusNotFound, "not_found", err.Error())
 	case errors.Is(err, ErrArgsMismatch):

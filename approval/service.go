@@ -10,7 +10,9 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
@@ -349,6 +351,13 @@ func (s *Service) answerExpired(ctx context.Context, ids []string) {
 // answer publishes an error result to the call's caller.
 func (s *Service) answer(ctx context.Context, h *HeldCall, code windlass.ErrorCode, text string) {
 	call, _ := h.toolCall() // undecodable: its id and tool still answer it
+	if len(text) > maxAnswerText {
+		cut := maxAnswerText
+		for cut > 0 && !utf8.RuneStart(text[cut]) {
+			cut--
+		}
+		text = text[:cut] + fmt.Sprintf("… [truncated: %d bytes in all]", len(text))
+	}
 	r := windlass.ErrorResult(call, code, text)
 	data, _ := json.Marshal(r)
 	origin := h.origin
@@ -357,10 +366,29 @@ func (s *Service) answer(ctx context.Context, h *HeldCall, code windlass.ErrorCo
 	}
 	m := &nats.Msg{Subject: layout.ResultSubject(origin, h.ID), Data: data, Header: nats.Header{
 		nats.MsgIdHdr: []string{layout.ResultMsgID(h.ID)}, layout.HeaderProtocol: []string{fmt.Sprint(windlass.ProtocolVersion)}}}
-	if _, err := s.js.PublishMsg(context.WithoutCancel(ctx), m); err != nil {
+	// Retried for a while: the decision is recorded, and its caller waits
+	// for this answer.
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval, b.MaxElapsedTime = 50*time.Millisecond, answerRetry
+	err := backoff.Retry(func() error {
+		_, err := s.js.PublishMsg(context.WithoutCancel(ctx), m)
+		if errors.Is(err, nats.ErrMaxPayload) {
+			return backoff.Permanent(err)
+		}
+		return err
+	}, b)
+	if err != nil {
 		s.cfg.Logger.Error("approval: could not answer the caller", "call_id", h.ID, "code", code, "error", err)
 	}
 }
+
+// maxAnswerText bounds the text of the service's answers (a rejection's
+// reason is bounded by MaxReason already); answerRetry how long an answer
+// is retried.
+const (
+	maxAnswerText = 16 << 10
+	answerRetry   = 30 * time.Second
+)
 
 // release publishes an approved call to its tool's subject with a signed
 // release, deduplicated by call id, and marks it released.
@@ -406,6 +434,15 @@ func (s *Service) release(ctx context.Context, h *HeldCall) error {
 		// The worker's span continues the caller's trace.
 		m.Header.Set(layout.HeaderTraceparent, h.traceparent)
 	}
+	if limit, size := s.cfg.Conn.MaxPayload(), layout.MessageSize(m); limit > 0 && int64(size) > limit {
+		// Cannot happen for a call the dispatcher checked and arguments
+		// this service checked (both keep room for the release); for one
+		// that came another way, answer the caller rather than retry a
+		// publish that can never succeed.
+		s.cfg.Logger.Error("approval: the approved call is too large to release; answering its caller", "call_id", h.ID, "size", size, "limit", limit)
+		s.answer(ctx, h, windlass.CodePayloadTooLarge, fmt.Sprintf("The call to %q was approved, but with its release it is %d bytes, over the NATS server's max payload of %d bytes, so it cannot be sent to the tool; it was not run.", h.Tool, size, limit))
+		return s.store.markReleased(ctx, h.ID)
+	}
 	if _, err := s.js.PublishMsg(ctx, m); err != nil {
 		return fmt.Errorf("approval: release %q: %w", h.ID, err)
 	}
@@ -416,6 +453,7 @@ func (s *Service) release(ctx context.Context, h *HeldCall) error {
 // unpublished. The calls stream's duplicate window drops a second publish
 // of a release that did reach it.
 func (s *Service) resumeReleases(ctx context.Context) error {
+	var failed error
 	for offset := int64(0); ; offset += 100 {
 		page, err := s.store.list(ctx, StatusApproved, offset, 100)
 		if err != nil {
@@ -423,14 +461,16 @@ func (s *Service) resumeReleases(ctx context.Context) error {
 		}
 		for _, h := range page {
 			if !h.Released {
+				// One that fails does not hold back the others.
 				if err := s.release(ctx, h); err != nil {
-					return err
+					failed = errors.Join(failed, err)
+					continue
 				}
 				s.cfg.Logger.Info("approval: finished an interrupted release", "call_id", h.ID)
 			}
 		}
 		if len(page) < 100 {
-			return nil
+			return failed
 		}
 	}
 }

@@ -124,9 +124,12 @@ func (d *Dispatcher) prepare(ctx context.Context, name string, args any, opts []
 		layout.HeaderOrigin:   d.originHeader, // shared, never modified
 		layout.HeaderProtocol: protocolHeader,
 	}}
-	size := len(data) + headerSize(p.msg.Header)
+	size := layout.MessageSize(&p.msg)
 	if d.tracer.Enabled() {
 		size += traceHeaderReserve // traceparent, injected by publish
+	}
+	if info.Spec.RequiresApproval {
+		size += release.Reserve // the approval service publishes it again, with its release
 	}
 	if max := d.cfg.Conn.MaxPayload(); int64(size) > max {
 		return nil, &windlass.CallError{Code: windlass.CodePayloadTooLarge, Message: fmt.Sprintf(
@@ -141,16 +144,6 @@ var protocolVersion = fmt.Sprint(windlass.ProtocolVersion)
 // protocolHeader is the value of every call's protocol header; shared by
 // every message, so never modified.
 var protocolHeader = []string{protocolVersion}
-
-func headerSize(h nats.Header) int {
-	n := len("NATS/1.0\r\n\r\n")
-	for k, vs := range h {
-		for _, v := range vs {
-			n += len(k) + len(v) + 4
-		}
-	}
-	return n
-}
 
 // subject returns the subject a tool's calls are published on (its
 // approvals subject for a gated tool), built once per tool and kind.

@@ -396,7 +396,7 @@ func (w *Worker) recordDead(ctx context.Context, call windlass.ToolCall, deliver
 	m := &nats.Msg{Subject: layout.DeadSubject(call.Name), Data: data, Header: nats.Header{
 		nats.MsgIdHdr: []string{layout.DeadMsgID(call.ID)}, layout.HeaderProtocol: []string{protocolVersion},
 	}}
-	if limit := w.cfg.JetStream.Conn().MaxPayload(); limit > 0 && int64(messageSize(m)) > limit {
+	if limit := w.cfg.JetStream.Conn().MaxPayload(); limit > 0 && int64(layout.MessageSize(m)) > limit {
 		// A call near the max payload and an error: keep the record,
 		// without the arguments and metadata, rather than leave the call
 		// to run again.
@@ -500,14 +500,14 @@ func (w *Worker) publishResult(ctx context.Context, result windlass.ToolResult, 
 		Header:  nats.Header{nats.MsgIdHdr: []string{layout.ResultMsgID(result.CallID)}, layout.HeaderProtocol: []string{protocolVersion}},
 	}
 	limit := w.cfg.JetStream.Conn().MaxPayload()
-	if size := messageSize(m); limit > 0 && int64(size) > limit {
+	if size := layout.MessageSize(m); limit > 0 && int64(size) > limit {
 		result, m.Data = w.tooLarge(result, size, limit)
 	}
 	ack, err := w.publishDurably(ctx, m)
 	if errors.Is(err, nats.ErrMaxPayload) && result.Code() != windlass.CodeResultTooLarge {
 		// The server's limit is below what the client was told (a
 		// reconfigured server): the same answer.
-		result, m.Data = w.tooLarge(result, messageSize(m), limit)
+		result, m.Data = w.tooLarge(result, layout.MessageSize(m), limit)
 		ack, err = w.publishDurably(ctx, m)
 	}
 	if err == nil && ack.Duplicate {

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"unicode/utf8"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/windlass-dev/windlass"
 )
 
@@ -33,21 +31,6 @@ func truncate(s string, n int) string {
 		cut--
 	}
 	return s[:cut] + marker
-}
-
-// messageSize is how many bytes of the server's max payload m takes: its
-// data and its encoded headers.
-func messageSize(m *nats.Msg) int {
-	n := len(m.Data)
-	if len(m.Header) > 0 {
-		n += len("NATS/1.0\r\n\r\n")
-		for k, vs := range m.Header {
-			for _, v := range vs {
-				n += len(k) + len(v) + len(": \r\n")
-			}
-		}
-	}
-	return n
 }
 
 // tooLarge is the answer that replaces a result of size bytes, over limit:

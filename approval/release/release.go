@@ -40,6 +40,14 @@ import (
 // Header is the NATS header that carries a release on a released call.
 const Header = "Windlass-Release"
 
+// Reserve is the room a release takes in a released call's message beyond
+// the call itself: its header (about 600 bytes with two approvers), its
+// message id and the origin and trace headers. The dispatcher keeps it free
+// when it checks a gated call against the server's max payload, and the
+// approval service when a reviewer edits the arguments, so that every
+// approved call can be released.
+const Reserve = 2048
+
 // ErrInvalid is wrapped by every verification failure.
 var ErrInvalid = errors.New("release: invalid release")
 

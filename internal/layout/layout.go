@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -162,6 +163,22 @@ func ConsumerName(tool string) string { return "tool-" + tool }
 // ResultMsgID is the Nats-Msg-Id of a call's result: a second result for the
 // same call inside the duplicate window is dropped by the stream.
 func ResultMsgID(callID string) string { return "result:" + callID }
+
+// MessageSize is how many bytes of the NATS server's max payload m takes:
+// its data and its encoded headers. A message over the max payload is
+// refused by the client before it is sent (nats.ErrMaxPayload).
+func MessageSize(m *nats.Msg) int {
+	n := len(m.Data)
+	if len(m.Header) > 0 {
+		n += len("NATS/1.0\r\n\r\n")
+		for k, vs := range m.Header {
+			for _, v := range vs {
+				n += len(k) + len(v) + len(": \r\n")
+			}
+		}
+	}
+	return n
+}
 
 // StreamOptions tune the streams for a deployment.
 type StreamOptions struct {
