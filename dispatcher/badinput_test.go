@@ -170,3 +170,19 @@ func TestBadToolNamesAreRefused(t *testing.T) {
 	}
 	e.normalCallWorks("bad names")
 }
+
+// TestDeadlinePastTheYear9999IsRefusedByName: a deadline the protocol
+// cannot encode is invalid_call naming the deadline, not an
+// invalid_arguments "encode call" error about the arguments.
+func TestDeadlinePastTheYear9999IsRefusedByName(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, greet())
+	_, err := e.d.Submit(t.Context(), "greet", greetArgs{Name: "ada"}, dispatcher.WithDeadline(time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)))
+	var ce *windlass.CallError
+	if !errors.As(err, &ce) || ce.Code != windlass.CodeInvalidCall || !strings.HasPrefix(ce.Message, "deadline: ") || !strings.Contains(ce.Message, "year 10000") {
+		t.Errorf("Submit with a deadline in the year 10000 = %v; want invalid_call naming the deadline and the rule", err)
+	}
+	if calls, _ := e.lastSeqs(); calls != 0 {
+		t.Errorf("the call was published")
+	}
+}

@@ -113,6 +113,10 @@ func (d *Dispatcher) prepare(ctx context.Context, name string, args any, opts []
 	}
 	call.SpecHash = cmp.Or(o.specHash, info.Hash)
 	call.Deadline = d.deadline(ctx, *o, info.Spec)
+	if call.Deadline.Year() > 9999 {
+		return nil, &windlass.CallError{Code: windlass.CodeInvalidCall, Message: fmt.Sprintf(
+			"deadline: %s is past what the protocol encodes (RFC 3339: before the year 10000)", call.Deadline.UTC().Format(time.DateOnly))}
+	}
 
 	data, err := encodeCall(call)
 	if err != nil {
