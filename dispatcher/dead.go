@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 
@@ -36,23 +37,32 @@ func (d *Dispatcher) DeadCalls(ctx context.Context, tool string, limit int) ([]w
 	if limit <= 0 {
 		limit = 100
 	}
-	var out []windlass.DeadCall
+	return readRecords(ctx, d.dead, filter, limit, d.cfg.Logger, func(dc *windlass.DeadCall, seq uint64) { dc.Seq = seq })
+}
+
+// readRecords reads up to limit records of type T on filter from stream s,
+// oldest first, skipping (and logging) those that do not decode; set, when
+// not nil, gives each its stream sequence.
+func readRecords[T any](ctx context.Context, s jetstream.Stream, filter string, limit int, log *slog.Logger, set func(*T, uint64)) ([]T, error) {
+	var out []T
 	for seq := uint64(1); len(out) < limit; {
-		m, err := d.dead.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(filter))
+		m, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(filter))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			break
 		}
 		if err != nil {
-			return out, fmt.Errorf("dispatcher: dead calls: %w", err)
+			return out, fmt.Errorf("dispatcher: read %s: %w", filter, err)
 		}
 		seq = m.Sequence + 1
-		var dc windlass.DeadCall
-		if err := json.Unmarshal(m.Data, &dc); err != nil {
-			d.cfg.Logger.Warn("dispatcher: unreadable dead call record skipped", "seq", m.Sequence, "error", err)
+		var rec T
+		if err := json.Unmarshal(m.Data, &rec); err != nil {
+			log.Warn("dispatcher: unreadable record skipped", "subject", m.Subject, "seq", m.Sequence, "error", err)
 			continue
 		}
-		dc.Seq = m.Sequence
-		out = append(out, dc)
+		if set != nil {
+			set(&rec, m.Sequence)
+		}
+		out = append(out, rec)
 	}
 	return out, nil
 }
@@ -118,22 +128,5 @@ func (d *Dispatcher) Refusals(ctx context.Context, tool string, limit int) ([]wi
 	if limit <= 0 {
 		limit = 100
 	}
-	var out []windlass.Refusal
-	for seq := uint64(1); len(out) < limit; {
-		m, err := d.refusals.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(filter))
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			break
-		}
-		if err != nil {
-			return out, fmt.Errorf("dispatcher: refusals: %w", err)
-		}
-		seq = m.Sequence + 1
-		var r windlass.Refusal
-		if err := json.Unmarshal(m.Data, &r); err != nil {
-			d.cfg.Logger.Warn("dispatcher: unreadable refusal record skipped", "seq", m.Sequence, "error", err)
-			continue
-		}
-		out = append(out, r)
-	}
-	return out, nil
+	return readRecords[windlass.Refusal](ctx, d.refusals, filter, limit, d.cfg.Logger, nil)
 }

@@ -67,10 +67,7 @@ func runDead(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			for _, dc := range calls {
 				out = append(out, deadJSON{Seq: dc.Seq, DeadCall: dc})
 			}
-			enc := json.NewEncoder(stdout)
-			enc.SetIndent("", "  ")
-			enc.SetEscapeHTML(false)
-			return enc.Encode(out)
+			return printJSON(stdout, out)
 		}
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "SEQ\tCALL ID\tTOOL\tDELIVERIES\tERROR\tDIED AT")
@@ -120,10 +117,7 @@ func runDead(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return fmt.Errorf("dead replay %d: waiting for %s: %w", seq, id, err)
 		}
 		if *asJSON {
-			enc := json.NewEncoder(stdout)
-			enc.SetIndent("", "  ")
-			enc.SetEscapeHTML(false)
-			_ = enc.Encode(r)
+			_ = printJSON(stdout, r)
 		}
 		return printResult(stdout, r, *asJSON)
 	}
@@ -166,10 +160,7 @@ func listRefusals(ctx context.Context, c *common, pos []string, tool string, lim
 		if recs == nil {
 			recs = []windlass.Refusal{}
 		}
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		enc.SetEscapeHTML(false)
-		return enc.Encode(recs)
+		return printJSON(stdout, recs)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "STREAM SEQ\tCALL ID\tTOOL\tREASON\tDETAIL\tPUBLISHED AT\tCLAIMED ORIGIN")
@@ -178,4 +169,12 @@ func listRefusals(ctx context.Context, c *common, pos []string, tool string, lim
 			r.PublishedAt.Local().Format(time.DateTime), r.Origin)
 	}
 	return tw.Flush()
+}
+
+// printJSON writes v as indented JSON, without HTML escaping.
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
 }
