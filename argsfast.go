@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/windlass-dev/windlass/internal/jsontext"
 )
 
 // quickSchema is a schema compiled for a quick check of arguments that
@@ -348,7 +350,7 @@ func (s *quickScanner) value(q *quickSchema, depth int) bool {
 		str, ok := s.plainString()
 		return ok && (q == nil || q.acceptsString(aliasString(str))) // not kept
 	case c == '-' || (c >= '0' && c <= '9'):
-		end, ok := numberEnd(s.data, s.i)
+		end, ok := jsontext.NumberEnd(s.data, s.i)
 		if !ok {
 			return false
 		}
@@ -376,7 +378,7 @@ func (s *quickScanner) plainString() ([]byte, bool) {
 	if bytes.IndexByte(span, '\\') >= 0 {
 		return nil, false
 	}
-	if !printableASCII(span) {
+	if !jsontext.PrintableASCII(span) {
 		for _, c := range span {
 			if c < 0x20 {
 				return nil, false

@@ -2,10 +2,11 @@ package windlass
 
 import (
 	"bytes"
-	"encoding/binary"
 	"encoding/json"
 	"unicode/utf8"
 	"unsafe"
+
+	"github.com/windlass-dev/windlass/internal/jsontext"
 )
 
 // decodeArguments decodes JSON the way the schema validator's own decoder
@@ -164,7 +165,7 @@ func (d *fastDecoder) str() (string, bool) {
 	// The usual string: up to the next quote, no backslash, printable ASCII.
 	if j := bytes.IndexByte(d.data[d.i+1:], '"'); j >= 0 {
 		span := d.data[d.i+1 : d.i+1+j]
-		if bytes.IndexByte(span, '\\') < 0 && printableASCII(span) {
+		if bytes.IndexByte(span, '\\') < 0 && jsontext.PrintableASCII(span) {
 			d.i += j + 2
 			return aliasString(span), true
 		}
@@ -210,69 +211,11 @@ func aliasString(b []byte) string {
 
 // number reads a JSON number.
 func (d *fastDecoder) number() (any, bool) {
-	end, ok := numberEnd(d.data, d.i)
+	end, ok := jsontext.NumberEnd(d.data, d.i)
 	if !ok {
 		return nil, false
 	}
 	start := d.i
 	d.i = end
 	return json.Number(d.data[start:end]), true
-}
-
-// numberEnd reads the JSON number at data[i:],
-// -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?, and returns where it ends.
-func numberEnd(data []byte, i int) (end int, ok bool) {
-	if i < len(data) && data[i] == '-' {
-		i++
-	}
-	digits := func() int {
-		n := 0
-		for i < len(data) && data[i] >= '0' && data[i] <= '9' {
-			i++
-			n++
-		}
-		return n
-	}
-	switch {
-	case i < len(data) && data[i] == '0':
-		i++
-	case digits() == 0:
-		return i, false
-	}
-	if i < len(data) && data[i] == '.' {
-		i++
-		if digits() == 0 {
-			return i, false
-		}
-	}
-	if i < len(data) && (data[i] == 'e' || data[i] == 'E') {
-		i++
-		if i < len(data) && (data[i] == '+' || data[i] == '-') {
-			i++
-		}
-		if digits() == 0 {
-			return i, false
-		}
-	}
-	return i, true
-}
-
-// printableASCII reports whether b holds only bytes from 0x20 to 0x7f,
-// eight at a time: a byte below 0x20 borrows into its own top bit when
-// 0x20 is subtracted, a byte from 0x80 has it already, and with neither
-// no byte borrows from its neighbour.
-func printableASCII(b []byte) bool {
-	for len(b) >= 8 {
-		x := binary.LittleEndian.Uint64(b)
-		if (x|(x-0x2020202020202020))&0x8080808080808080 != 0 {
-			return false
-		}
-		b = b[8:]
-	}
-	for _, c := range b {
-		if c < 0x20 || c >= 0x80 {
-			return false
-		}
-	}
-	return true
 }

@@ -32,20 +32,3 @@ func FuzzDecodeArguments(f *testing.F) {
 		}
 	})
 }
-
-// TestPrintableASCII checks the eight-at-a-time test against the plain one
-// for every byte at every position of a word and its tail.
-func TestPrintableASCII(t *testing.T) {
-	for n := 1; n <= 17; n++ {
-		for pos := range n {
-			for c := range 256 {
-				b := bytes.Repeat([]byte{'a'}, n)
-				b[pos] = byte(c)
-				want := c >= 0x20 && c < 0x80
-				if got := printableASCII(b); got != want {
-					t.Fatalf("printableASCII(%q) = %t, want %t", b, got, want)
-				}
-			}
-		}
-	}
-}

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"slices"
 	"unicode/utf8"
+
+	"github.com/windlass-dev/windlass/internal/jsontext"
 )
 
 // canonicalFast appends the canonical form of args (see [Canonical]) to dst for the
@@ -90,17 +92,18 @@ func (c *canonicalizer) str() ([]byte, bool) {
 		return nil, false
 	}
 	inner := c.data[start+1 : start+1+n]
-	ascii := true
-	for _, b := range inner {
-		if b < 0x20 || b == '\\' {
-			return nil, false // an escape (the quote found may be escaped) or a control character
-		}
-		if b >= utf8.RuneSelf {
-			ascii = false
-		}
+	if bytes.IndexByte(inner, '\\') >= 0 {
+		return nil, false // an escape (and the quote found may be escaped)
 	}
-	if !ascii && (!utf8.Valid(inner) || bytes.Contains(inner, []byte("\u2028")) || bytes.Contains(inner, []byte("\u2029"))) {
-		return nil, false
+	if !jsontext.PrintableASCII(inner) {
+		for _, b := range inner {
+			if b < 0x20 {
+				return nil, false // a control character, which encoding/json escapes
+			}
+		}
+		if !utf8.Valid(inner) || bytes.Contains(inner, []byte("\u2028")) || bytes.Contains(inner, []byte("\u2029")) {
+			return nil, false
+		}
 	}
 	c.i = start + 2 + n
 	return c.data[start:c.i], true
@@ -109,45 +112,12 @@ func (c *canonicalizer) str() ([]byte, bool) {
 // number appends the number at c.i as written, once it is a valid JSON
 // number.
 func (c *canonicalizer) number(out []byte) ([]byte, bool) {
-	d, j := c.data, c.i
-	if j < len(d) && d[j] == '-' {
-		j++
-	}
-	switch {
-	case j < len(d) && d[j] == '0':
-		j++
-	case j < len(d) && d[j] >= '1' && d[j] <= '9':
-		for j < len(d) && d[j] >= '0' && d[j] <= '9' {
-			j++
-		}
-	default:
+	end, ok := jsontext.NumberEnd(c.data, c.i)
+	if !ok {
 		return nil, false
 	}
-	if j < len(d) && d[j] == '.' {
-		j++
-		k := j
-		for j < len(d) && d[j] >= '0' && d[j] <= '9' {
-			j++
-		}
-		if j == k {
-			return nil, false
-		}
-	}
-	if j < len(d) && (d[j] == 'e' || d[j] == 'E') {
-		j++
-		if j < len(d) && (d[j] == '+' || d[j] == '-') {
-			j++
-		}
-		k := j
-		for j < len(d) && d[j] >= '0' && d[j] <= '9' {
-			j++
-		}
-		if j == k {
-			return nil, false
-		}
-	}
-	out = append(out, d[c.i:j]...)
-	c.i = j
+	out = append(out, c.data[c.i:end]...)
+	c.i = end
 	return out, true
 }
 
