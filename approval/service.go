@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
@@ -23,6 +22,7 @@ import (
 	"github.com/windlass-dev/windlass/approval/release"
 	"github.com/windlass-dev/windlass/internal/layout"
 	"github.com/windlass-dev/windlass/internal/telemetry"
+	"github.com/windlass-dev/windlass/internal/textcut"
 	"github.com/windlass-dev/windlass/registry"
 )
 
@@ -351,14 +351,7 @@ func (s *Service) answerExpired(ctx context.Context, ids []string) {
 // answer publishes an error result to the call's caller.
 func (s *Service) answer(ctx context.Context, h *HeldCall, code windlass.ErrorCode, text string) {
 	call, _ := h.toolCall() // undecodable: its id and tool still answer it
-	if len(text) > maxAnswerText {
-		cut := maxAnswerText
-		for cut > 0 && !utf8.RuneStart(text[cut]) {
-			cut--
-		}
-		text = text[:cut] + fmt.Sprintf("… [truncated: %d bytes in all]", len(text))
-	}
-	r := windlass.ErrorResult(call, code, text)
+	r := windlass.ErrorResult(call, code, textcut.Cut(text, maxAnswerText))
 	data, _ := json.Marshal(r)
 	origin := h.origin
 	if windlass.ValidateName(origin) != nil {

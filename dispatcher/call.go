@@ -210,7 +210,7 @@ func (d *Dispatcher) publish(ctx context.Context, p *prepared) (duplicate bool, 
 	ctx, span := d.startSend(ctx, p)
 	defer func() { endSend(span, err) }()
 	if p.ownID {
-		if q, ok := d.submittedBefore(ctx, p.call.ID); ok {
+		if q, ok := d.queuedRecord(ctx, p.call.ID, false); ok {
 			return true, conflict(p, q)
 		}
 	}
@@ -251,7 +251,7 @@ func (d *Dispatcher) publish(ctx context.Context, p *prepared) (duplicate bool, 
 	// Another submit of this id, within the duplicate window, perhaps this
 	// very moment on another instance: it is the same call only if it has
 	// the same tool and arguments.
-	if q, ok := d.awaitQueued(ctx, p.call.ID); ok {
+	if q, ok := d.queuedRecord(ctx, p.call.ID, true); ok {
 		return true, conflict(p, q)
 	}
 	return true, nil
@@ -281,10 +281,6 @@ func conflict(p *prepared, queued windlass.Event) error {
 // before) is sent again rather than waited on until the call's deadline:
 // the stream deduplicates by call id, so a repeat is harmless.
 const publishAttempt = 2 * time.Second
-
-// lookupTimeout bounds one read of a stream (a result, an event); see
-// streamread.Timeout.
-const lookupTimeout = streamread.Timeout
 
 // publishDurably publishes m to its stream, trying again with backoff until
 // the stream acknowledges it or ctx ends. retried reports that more than one
@@ -346,7 +342,7 @@ func (d *Dispatcher) call(ctx context.Context, p *prepared) (windlass.ToolResult
 		// The same id is in flight on this instance: a retried Call. If it
 		// is the same call (tool and arguments), wait for its one result,
 		// as a retry on another instance does.
-		if q, ok := d.awaitQueued(waitCtx, p.call.ID); ok {
+		if q, ok := d.queuedRecord(waitCtx, p.call.ID, true); ok {
 			if err := conflict(p, q); err != nil {
 				return refusal(name, err)
 			}

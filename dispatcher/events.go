@@ -13,6 +13,7 @@ import (
 
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/internal/layout"
+	"github.com/windlass-dev/windlass/internal/streamread"
 )
 
 // publishQueued records that the fleet accepted call, and waits until the
@@ -68,9 +69,9 @@ func (d *Dispatcher) lastEvent(ctx context.Context, callID string, kind windlass
 }
 
 // readEvent reads a call's latest event of one kind, in one request bounded
-// by lookupTimeout: jetstream.ErrMsgNotFound when there is none.
+// by streamread.Timeout: jetstream.ErrMsgNotFound when there is none.
 func (d *Dispatcher) readEvent(ctx context.Context, callID string, kind windlass.EventKind) (windlass.Event, error) {
-	ctx, cancel := context.WithTimeout(ctx, lookupTimeout)
+	ctx, cancel := context.WithTimeout(ctx, streamread.Timeout)
 	defer cancel()
 	m, err := d.events.GetLastMsgForSubject(ctx, layout.EventSubject(callID, string(kind)))
 	if err != nil {
@@ -83,44 +84,26 @@ func (d *Dispatcher) readEvent(ctx context.Context, callID string, kind windlass
 	return e, nil
 }
 
-// submittedBefore returns the call's queued record when the events stream
-// holds one. A read that fails (a reconnect, a leader election) is tried
-// again, three times in all; after that the answer is no, and the calls
-// stream's duplicate window still catches a resubmit within it.
-func (d *Dispatcher) submittedBefore(ctx context.Context, callID string) (windlass.Event, bool) {
-	wait := 50 * time.Millisecond
-	for attempt := 1; ; attempt++ {
+// queuedRecord reads the call's queued record. A read that fails (a
+// reconnect, a leader election) is made again, with backoff, for up to
+// queuedGrace; so is one that finds none when due is true: another submit
+// of the id was accepted a moment ago (the calls stream said duplicate) and
+// stores its record right after. false when the record is not there, or
+// could not be read in time: then the calls stream's duplicate window is
+// what remains to catch a resubmit.
+func (d *Dispatcher) queuedRecord(ctx context.Context, callID string, due bool) (windlass.Event, bool) {
+	deadline := time.Now().Add(queuedGrace)
+	for wait := 10 * time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
 		q, err := d.readEvent(ctx, callID, windlass.EventQueued)
 		switch {
 		case err == nil:
 			return q, true
-		case errors.Is(err, jetstream.ErrMsgNotFound), ctx.Err() != nil, attempt == 3:
-			if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		case errors.Is(err, jetstream.ErrMsgNotFound) && !due:
+			return windlass.Event{}, false
+		case time.Now().Add(wait).After(deadline):
+			if !errors.Is(err, jetstream.ErrMsgNotFound) {
 				d.cfg.Logger.Warn("dispatcher: could not check whether the call id was used before; relying on the duplicate window", "call_id", callID, "error", err)
 			}
-			return windlass.Event{}, false
-		}
-		select {
-		case <-time.After(wait):
-		case <-ctx.Done():
-			return windlass.Event{}, false
-		}
-		wait *= 2
-	}
-}
-
-// awaitQueued returns the queued record of a call another submit of the
-// same id is publishing: the calls stream said duplicate, and that submit
-// stores the record right after. It looks for up to queuedGrace; false
-// when the record does not come (its submitter died in between).
-func (d *Dispatcher) awaitQueued(ctx context.Context, callID string) (windlass.Event, bool) {
-	deadline := time.Now().Add(queuedGrace)
-	for wait := 10 * time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
-		q, err := d.readEvent(ctx, callID, windlass.EventQueued)
-		if err == nil {
-			return q, true
-		}
-		if time.Now().Add(wait).After(deadline) {
 			return windlass.Event{}, false
 		}
 		select {
@@ -302,13 +285,13 @@ const (
 
 // deleteWatchConsumer deletes the server's consumer of a watch, under its
 // current name, even when ctx has ended (a client gone), within
-// lookupTimeout. A failure (NATS down) is left to watchInactive.
+// streamread.Timeout. A failure (NATS down) is left to watchInactive.
 func (d *Dispatcher) deleteWatchConsumer(ctx context.Context, callID string, cons jetstream.Consumer) {
 	info := cons.CachedInfo()
 	if info == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lookupTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), streamread.Timeout)
 	defer cancel()
 	if err := d.events.DeleteConsumer(ctx, info.Name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		d.cfg.Logger.Debug("dispatcher: watch: could not delete the consumer; the server drops it once inactive", "call_id", callID, "consumer", info.Name, "error", err)
@@ -366,7 +349,7 @@ func (o *eventOrder) flush() bool {
 // (0 when it has none or the stream cannot say).
 func (d *Dispatcher) lastEventSeq(ctx context.Context, callID string) uint64 {
 	var last uint64
-	ctx, cancel := context.WithTimeout(ctx, lookupTimeout)
+	ctx, cancel := context.WithTimeout(ctx, streamread.Timeout)
 	defer cancel()
 	for _, kind := range []windlass.EventKind{windlass.EventQueued, windlass.EventStarted, windlass.EventProgress, windlass.EventRetrying} {
 		if m, err := d.events.GetLastMsgForSubject(ctx, layout.EventSubject(callID, string(kind))); err == nil {

@@ -8,22 +8,19 @@ import (
 
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/internal/layout"
+	"github.com/windlass-dev/windlass/internal/textcut"
 )
 
 // publishEvent sends one of a call's events as a plain publish, which the
 // events stream captures. It never waits: an event is advice for watchers
-// and status queries, and a lost one is replaced by the next. Its texts
-// (progress message, error) are cut to maxEventText.
+// and status queries, and a lost one is replaced by the next. An error's
+// text is cut to maxEventText (a progress message is bounded where it is
+// reported: windlass.MaxProgressMessage).
 func (w *Worker) publishEvent(call windlass.ToolCall, e windlass.Event) {
 	e.CallID, e.Tool, e.Worker = call.ID, call.Name, w.cfg.ID
-	if e.Progress != nil && len(e.Progress.Message) > maxEventText {
-		p := *e.Progress
-		p.Message = truncate(p.Message, maxEventText)
-		e.Progress = &p
-	}
 	if e.Error != nil && len(e.Error.Message) > maxEventText {
 		ce := *e.Error
-		ce.Message = truncate(ce.Message, maxEventText)
+		ce.Message = textcut.Cut(ce.Message, maxEventText)
 		e.Error = &ce
 	}
 	if e.Time.IsZero() {

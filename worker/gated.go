@@ -15,6 +15,7 @@ import (
 	"github.com/windlass-dev/windlass/approval/release"
 	"github.com/windlass-dev/windlass/internal/layout"
 	"github.com/windlass-dev/windlass/internal/streamread"
+	"github.com/windlass-dev/windlass/internal/textcut"
 )
 
 // A message on a gated tool's call subject is the approval service's
@@ -174,8 +175,8 @@ func (w *Worker) drop(ctx context.Context, c *running, meta *jetstream.MsgMetada
 	w.stats.refused.Add(1)
 	w.metrics.Refused(ctx, c.t.spec.Name, string(reason))
 	rec := windlass.Refusal{
-		CallID: c.call.ID, Tool: c.t.spec.Name, Reason: string(reason), Detail: truncate(detail, maxEventText),
-		MsgID: msg.Headers().Get(nats.MsgIdHdr), Origin: truncate(msg.Headers().Get(layout.HeaderOrigin), 256),
+		CallID: c.call.ID, Tool: c.t.spec.Name, Reason: string(reason), Detail: textcut.Cut(detail, maxEventText),
+		MsgID: msg.Headers().Get(nats.MsgIdHdr), Origin: textcut.Cut(msg.Headers().Get(layout.HeaderOrigin), 256),
 		Worker: w.cfg.ID, At: time.Now(),
 	}
 	if meta != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/windlass-dev/windlass/approval/release"
 	"github.com/windlass-dev/windlass/internal/layout"
 	"github.com/windlass-dev/windlass/internal/telemetry"
+	"github.com/windlass-dev/windlass/internal/textcut"
 )
 
 // decision is what settle does with a call's message.
@@ -340,13 +341,12 @@ func (w *Worker) retryDelay(call windlass.ToolCall, t *registered, r windlass.To
 }
 
 // answered reports whether the call already has a result in the results
-// stream. When it cannot tell, it says no: running again is safe (at least
-// once), skipping a call that has no answer is not.
+// stream (see storedResult). When it cannot tell, it says no: for an ungated
+// call running again is safe (at least once), skipping a call that has no
+// answer is not. A gated call never runs on this guess (admitGated).
 func (w *Worker) answered(ctx context.Context, callID string) bool {
-	getCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	_, err := w.resultsStream.GetMsg(getCtx, 1, jetstream.WithGetMsgSubject(layout.ResultByCall(callID)))
-	return err == nil
+	_, ok, _ := w.storedResult(ctx, callID)
+	return ok
 }
 
 // bury answers a call whose deliveries ran out worker_lost, with the last
@@ -386,7 +386,7 @@ func (w *Worker) lastRetryError(ctx context.Context, callID string) (windlass.Ca
 // reports false, having logged why, when it could not.
 func (w *Worker) recordDead(ctx context.Context, call windlass.ToolCall, deliveries int, cause windlass.CallError, origin string, log *slog.Logger) bool {
 	call.Attempt = 0 // the replay starts afresh
-	cause.Message = truncate(cause.Message, maxEventText)
+	cause.Message = textcut.Cut(cause.Message, maxEventText)
 	rec := windlass.DeadCall{Call: call, Error: cause, Deliveries: deliveries, Worker: w.cfg.ID, DiedAt: time.Now(), Origin: origin}
 	data, err := json.Marshal(rec)
 	if err != nil {

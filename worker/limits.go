@@ -3,9 +3,9 @@ package worker
 import (
 	"encoding/json"
 	"fmt"
-	"unicode/utf8"
 
 	"github.com/windlass-dev/windlass"
+	"github.com/windlass-dev/windlass/internal/textcut"
 )
 
 // What a worker publishes must fit the NATS server's max payload (1 MiB by
@@ -19,20 +19,6 @@ import (
 // maxEventText bounds each text of an event or record a worker publishes.
 const maxEventText = 16 << 10
 
-// truncate cuts s to at most n bytes, on a character boundary, ending it
-// with a marker that says how much was cut.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	marker := fmt.Sprintf("… [truncated: %d bytes in all]", len(s))
-	cut := max(n-len(marker), 0)
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + marker
-}
-
 // tooLarge is the answer that replaces a result of size bytes, over limit:
 // result_too_large, with the attempt's facts (worker, attempt, start,
 // duration) kept. It returns the answer and its encoding.
@@ -41,7 +27,7 @@ func (w *Worker) tooLarge(result windlass.ToolResult, size int, limit int64) (wi
 		result.Name, result.Attempt, size, limit)
 	if result.IsError {
 		text = fmt.Sprintf("Tool %q failed (attempt %d), and its error is %d bytes encoded, over the fleet's limit of %d bytes (the NATS server's max payload). The error begins: %s",
-			result.Name, result.Attempt, size, limit, truncate(result.Content, 1<<10))
+			result.Name, result.Attempt, size, limit, textcut.Cut(result.Content, 1<<10))
 	}
 	answer := windlass.ErrorResult(windlass.ToolCall{ID: result.CallID, Name: result.Name}, windlass.CodeResultTooLarge, text)
 	answer.Worker, answer.Attempt, answer.StartedAt, answer.DurationMS = result.Worker, result.Attempt, result.StartedAt, result.DurationMS
