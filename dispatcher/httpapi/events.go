@@ -34,7 +34,7 @@ func (h *Handler) callEvents(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	release, refused := h.streams.acquire(h.keyName(r))
+	release, refused := h.streams.acquire(keyName(r))
 	if refused != "" {
 		writeError(w, CodeTooManyStreams, refused)
 		return

@@ -211,16 +211,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // after Drain answer at once the same way.
 func (h *Handler) Drain() { h.drain() }
 
-// keyName is the name of the API key a request presented ("" when the
-// handler has no keys). Only for requests the guard let in.
-func (h *Handler) keyName(r *http.Request) string {
-	if h.keys.Len() == 0 {
-		return ""
-	}
-	token, _ := bearer.FromRequest(r)
-	name, _ := h.keys.Lookup(token)
+// keyName is the name of the API key a request presented, as the guard
+// found it ("" when the handler has no keys).
+func keyName(r *http.Request) string {
+	name, _ := r.Context().Value(apiKeyName{}).(string)
 	return name
 }
+
+// apiKeyName is the context key of the API key's name the guard found.
+type apiKeyName struct{}
 
 // guard checks the API key and bounds the body.
 func (h *Handler) guard(next http.HandlerFunc) http.HandlerFunc {
@@ -234,6 +233,7 @@ func (h *Handler) guard(next http.HandlerFunc) http.HandlerFunc {
 				return
 			}
 			h.cfg.Logger.Debug("httpapi: request", "api_key", name, "method", r.Method, "path", r.URL.Path)
+			r = r.WithContext(context.WithValue(r.Context(), apiKeyName{}, name))
 		}
 		if r.Body != nil {
 			r.Body = http.MaxBytesReader(w, r.Body, h.cfg.MaxBodyBytes)
