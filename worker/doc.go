@@ -28,12 +28,17 @@
 //
 // # Acks
 //
-// One function, settle, maps an outcome onto JetStream: a result (success or
-// error) is published to the results stream and then the call is acked; a
-// malformed message is answered when its id can be read and terminated; a
-// call interrupted by shutdown is nacked so another worker runs it. A
-// refused message on a gated tool's subject is terminated by drop, with no
-// result.
+// Every delivered call ends in one outcome, decided in one place and
+// applied in one place. The intake's guards (malformed, refused, already
+// answered, out of deliveries, spec or deadline refusal, canceled before it
+// started) decide it for a call that must not run; decide does for a call
+// whose tool answered (answer and ack, answer and terminate, retry after a
+// delay, hand back, record as dead). One function, apply, carries it out:
+// a result (success or error) is published to the results stream and only
+// then the call is acked; a malformed message is answered when its id can
+// be read and terminated; a call interrupted by shutdown is nacked so
+// another worker runs it; a refused message on a gated tool's subject is
+// recorded and terminated, with no result.
 //
 // # Gated tools
 //

@@ -7,15 +7,15 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
-	"github.com/nats-io/nats.go"
+	"log/slog"
+
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/approval/release"
 	"github.com/windlass-dev/windlass/internal/layout"
+	"github.com/windlass-dev/windlass/internal/retry"
 	"github.com/windlass-dev/windlass/internal/streamread"
-	"github.com/windlass-dev/windlass/internal/textcut"
 )
 
 // A message on a gated tool's call subject is the approval service's
@@ -29,122 +29,127 @@ import (
 // gets from a worker comes from the message that holds its release.
 
 // admitGated decides whether a message on a gated tool's subject may go
-// on, and settles it when not: dropped (not the release's rightful
-// message), or handed back for later (the ledger or the results stream
-// cannot say now). When it may, it returns the call as the release signs
-// it: the deadline is the release's expiry and the result goes to the
-// origin the release names, whatever the message's body and headers say.
-func (w *Worker) admitGated(ctx context.Context, c *running, meta *jetstream.MsgMetadata) (windlass.ToolCall, bool) {
-	call, t, msg, log := c.call, c.t, c.msg, c.log
+// on: it is dropped when it is not the release's rightful message, handed
+// back for later when the ledger or the results stream cannot say now, and
+// acked unrun when its call has its answer. When it may go on, the call
+// becomes what the release signs: its deadline is the release's expiry and
+// its result goes to the origin the release names, whatever the message's
+// body and headers say. A call of an ungated tool passes.
+func (w *Worker) admitGated(d *delivery) (outcome, bool) {
+	call, t := d.call, d.t
+	if !t.spec.RequiresApproval {
+		return outcome{}, false
+	}
 	if call.Name != t.spec.Name {
-		w.drop(ctx, c, meta, release.ReasonOtherCall, fmt.Sprintf("the call names tool %q but arrived on the subject of %q", call.Name, t.spec.Name))
-		return call, false
+		return dropped(release.ReasonOtherCall, fmt.Sprintf("the call names tool %q but arrived on the subject of %q", call.Name, t.spec.Name)), true
 	}
-	rel, err := w.releases.Authenticate(msg.Headers().Get(release.Header), call)
+	rel, err := w.releases.Authenticate(d.msg.Headers().Get(release.Header), call)
 	if err != nil {
-		w.drop(ctx, c, meta, release.ReasonOf(err), err.Error())
-		return call, false
+		return dropped(release.ReasonOf(err), err.Error()), true
 	}
-	// The ledger and the results stream must answer; while they cannot,
-	// the worker asks again in place, the heartbeat keeping the message: a
-	// hand-back would count as a delivery, and five of them would bury a
-	// genuine call as worker_lost.
-	var fresh bool
-	err = w.untilAnswered(ctx, c, rel.ExpiresAt, "cannot check the release ledger now", func(ctx context.Context) error {
+	fresh, o, stop := w.claimRelease(d, rel)
+	if stop {
+		return o, true
+	}
+	if o, stop := w.unanswered(d, rel, fresh); stop {
+		return o, true
+	}
+	d.call.Deadline = rel.ExpiresAt
+	if rel.SpecHash != "" {
+		d.call.SpecHash = rel.SpecHash
+	}
+	if validOrigin(rel.Origin) {
+		d.origin = rel.Origin
+	}
+	d.log.DebugContext(d.ctx, "worker: release verified", "approved_by", rel.ApprovedBy, "first_use", fresh)
+	return outcome{}, false
+}
+
+// claimRelease records this message as the release's user in the ledger;
+// fresh reports that no message had used it before. The ledger must
+// answer: while it cannot, the worker asks again in place, the heartbeat
+// keeping the message (a hand-back would count as a delivery, and five of
+// them would bury a genuine call as worker_lost), until the release
+// expires.
+func (w *Worker) claimRelease(d *delivery, rel release.Release) (fresh bool, o outcome, stop bool) {
+	const what = "cannot check the release ledger now"
+	err := w.untilAnswered(d, rel.ExpiresAt, what, func(ctx context.Context) error {
 		var err error
-		fresh, err = w.ledger.Claim(ctx, call.ID, meta.Sequence.Stream, rel.ExpiresAt)
+		fresh, err = w.ledger.Claim(ctx, d.call.ID, d.meta.Sequence.Stream, rel.ExpiresAt)
 		return err
 	})
 	switch {
 	case errors.Is(err, release.ErrInvalid):
-		w.drop(ctx, c, meta, release.ReasonOf(err), err.Error())
-		return call, false
+		return false, dropped(release.ReasonOf(err), err.Error()), true
 	case err != nil:
-		w.handBack(ctx, c, "cannot check the release ledger now", err)
-		return call, false
+		return false, handedBack(what, err), true
 	}
-	// Whether the call has its answer already, as the results stream's
-	// leader says, on every delivery: a gated call never runs on a guess.
+	return fresh, outcome{}, false
+}
+
+// unanswered lets a released call go on only when it has no answer yet, as
+// the results stream's leader says, on every delivery: a gated call never
+// runs on a guess.
+func (w *Worker) unanswered(d *delivery, rel release.Release, fresh bool) (outcome, bool) {
+	const what = "cannot tell whether the call was answered already"
 	var stored windlass.ToolResult
 	var answered bool
-	err = w.untilAnswered(ctx, c, rel.ExpiresAt, "cannot tell whether the call was answered already", func(ctx context.Context) error {
+	err := w.untilAnswered(d, rel.ExpiresAt, what, func(ctx context.Context) error {
 		var err error
-		stored, answered, err = w.storedResult(ctx, call.ID)
+		stored, answered, err = w.storedResult(ctx, d.call.ID)
 		return err
 	})
 	switch {
 	case err != nil:
-		w.handBack(ctx, c, "cannot tell whether the call was answered already", err)
-		return call, false
-	case answered && !fresh:
+		return handedBack(what, err), true
+	case !answered:
+		return outcome{}, false
+	case !fresh:
 		// This very message ran; its worker answered, then was lost
 		// before its ack landed.
-		log.InfoContext(ctx, "worker: redelivered call already answered; acking without running")
-		w.stats.alreadyAnswered.Add(1)
-		w.settle(ctx, msg, ack, nil, c.origin, log)
-		return call, false
-	case answered && stored.Code() == windlass.CodeCanceled:
+		return ackedUnrun(countAlreadyAnswered, "worker: redelivered call already answered; acking without running"), true
+	case stored.Code() == windlass.CodeCanceled:
 		// Canceled after its release, before a worker took it: the
 		// canceler answered the caller.
-		log.InfoContext(ctx, "worker: released call was canceled before it started; acking without running")
-		w.stats.canceled.Add(1)
-		w.settle(ctx, msg, ack, nil, c.origin, log)
-		return call, false
-	case answered:
+		return ackedUnrun(countCanceled, "worker: released call was canceled before it started; acking without running"), true
+	default:
 		// The first use of a release whose call has its answer: a copy of
 		// a message that ran, replayed after the ledger lost its claim.
-		w.drop(ctx, c, meta, release.ReasonAnswered, "the call already has its result; a released call runs once")
-		return call, false
+		return dropped(release.ReasonAnswered, "the call already has its result; a released call runs once"), true
 	}
-	call.Deadline = rel.ExpiresAt
-	if rel.SpecHash != "" {
-		call.SpecHash = rel.SpecHash
-	}
-	if validOrigin(rel.Origin) {
-		c.origin = rel.Origin
-	}
-	log.DebugContext(ctx, "worker: release verified", "approved_by", rel.ApprovedBy, "first_use", fresh)
-	return call, true
 }
 
 // untilAnswered calls ask until it returns nil or a refusal (wrapping
-// release.ErrInvalid), retrying any other error with backoff until until
-// (the release's expiry: past it the call cannot run anyway) or the
-// worker's shutdown. It returns ask's last error.
-func (w *Worker) untilAnswered(ctx context.Context, c *running, until time.Time, what string, ask func(context.Context) error) error {
-	err := ask(ctx)
+// release.ErrInvalid), retrying any other error until until (the release's
+// expiry: past it the call cannot run anyway) or the worker's shutdown. It
+// returns ask's last error.
+func (w *Worker) untilAnswered(d *delivery, until time.Time, what string, ask func(context.Context) error) error {
+	err := ask(d.ctx)
 	if err == nil || errors.Is(err, release.ErrInvalid) {
-		return err // the usual case, without the backoff's allocations
+		return err // the usual case
 	}
-	c.log.WarnContext(ctx, "worker: "+what+"; asking again", "error", err)
-	ctx, cancel := context.WithDeadline(ctx, until)
+	d.log.WarnContext(d.ctx, "worker: "+what+"; asking again", "error", err)
+	ctx, cancel := context.WithDeadline(d.ctx, until)
 	defer cancel()
-	b := backoff.NewExponentialBackOff()
-	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = gatedRetryInterval, 2*time.Second, 0
-	last := err
-	_ = backoff.Retry(func() error {
-		if last = ask(ctx); last == nil || errors.Is(last, release.ErrInvalid) {
-			return nil
+	return retry.Do(ctx, retry.Policy{Initial: gatedRetryInterval}, func(ctx context.Context) error {
+		err := ask(ctx)
+		if errors.Is(err, release.ErrInvalid) {
+			return retry.Permanent(err)
 		}
-		return last
-	}, backoff.WithContext(b, ctx))
-	return last
+		return err
+	})
 }
 
 // gatedRetryInterval is the first wait before a gated call's release is
 // checked again, and the delay of a hand-back.
 const gatedRetryInterval = 100 * time.Millisecond
 
-// handBack returns a call to the stream for a later delivery, without
-// answering it: what it needs to be judged stayed unreachable until its
+// handedBack is the outcome of a call handed back for a later delivery,
+// unanswered: what it needs to be judged stayed unreachable until its
 // release expired, or the worker is shutting down.
-func (w *Worker) handBack(ctx context.Context, c *running, why string, err error) {
-	c.log.WarnContext(ctx, "worker: "+why+"; handing the call back", "error", err)
-	w.stats.requeued.Add(1)
-	c.hb.stop()
-	if err := c.msg.NakWithDelay(gatedRetryInterval); err != nil {
-		c.log.WarnContext(ctx, "worker: handing the call back failed; it is redelivered after the ack wait", "error", err)
-	}
+func handedBack(why string, err error) outcome {
+	return outcome{verb: verbRequeue, delay: gatedRetryInterval, count: countRequeued,
+		note: "worker: " + why + "; handing the call back", level: slog.LevelWarn, attrs: []any{"error", err}}
 }
 
 // storedResult reads the call's result from the results stream, as the
@@ -160,42 +165,4 @@ func (w *Worker) storedResult(ctx context.Context, callID string) (windlass.Tool
 	var r windlass.ToolResult
 	_ = json.Unmarshal(data, &r) // a result that does not decode is a result all the same
 	return r, true, nil
-}
-
-// drop terminates a message that must neither run nor be answered, and
-// tells operators: a refusal record, the refusals metric, a warning. The
-// record is best effort (retried like a result); the message is terminated
-// whether or not it could be stored, so a flood of forgeries is not
-// redelivered.
-func (w *Worker) drop(ctx context.Context, c *running, meta *jetstream.MsgMetadata, reason release.Reason, detail string) {
-	msg, log := c.msg, c.log
-	if reason == "" {
-		reason = release.ReasonMalformed
-	}
-	w.stats.refused.Add(1)
-	w.metrics.Refused(ctx, c.t.spec.Name, string(reason))
-	rec := windlass.Refusal{
-		CallID: c.call.ID, Tool: c.t.spec.Name, Reason: string(reason), Detail: textcut.Cut(detail, maxEventText),
-		MsgID: msg.Headers().Get(nats.MsgIdHdr), Origin: textcut.Cut(msg.Headers().Get(layout.HeaderOrigin), 256),
-		Worker: w.cfg.ID, At: time.Now(),
-	}
-	if meta != nil {
-		rec.Seq, rec.PublishedAt = meta.Sequence.Stream, meta.Timestamp
-	}
-	log.WarnContext(ctx, "worker: refused a message on a gated tool's subject; dropped without running or answering it",
-		"reason", reason, "detail", rec.Detail, "stream_seq", rec.Seq, "msg_id", rec.MsgID, "claimed_origin", rec.Origin)
-	if c.hb != nil {
-		c.hb.stop()
-	}
-	if data, err := json.Marshal(rec); err == nil {
-		m := &nats.Msg{Subject: layout.RefusalSubject(c.t.spec.Name), Data: data, Header: nats.Header{
-			nats.MsgIdHdr: []string{layout.RefusalMsgID(rec.Seq)}, layout.HeaderProtocol: []string{protocolVersion},
-		}}
-		if _, err := w.publishDurably(ctx, m); err != nil {
-			log.ErrorContext(ctx, "worker: could not record the refusal", "error", err)
-		}
-	}
-	if err := msg.Term(); err != nil {
-		log.WarnContext(ctx, "worker: terminating the refused message failed", "error", err)
-	}
 }

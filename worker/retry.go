@@ -2,8 +2,9 @@ package worker
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"time"
+
+	"github.com/windlass-dev/windlass/internal/retry"
 )
 
 // RetryPolicy says how a tool's retryable failures are retried: a tool marks
@@ -61,13 +62,7 @@ func (p RetryPolicy) validate(maxDeliver int) error {
 // backoff is the delay after the failed attempt'th attempt (1-based),
 // or asked, when the tool asked for a longer one.
 func (p RetryPolicy) backoff(attempt int, asked time.Duration) time.Duration {
-	d := p.InitialBackoff
-	for i := 1; i < attempt && d < p.MaxBackoff; i++ {
-		d *= 2
-	}
-	d = min(d, p.MaxBackoff)
-	d = time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
-	return max(d, asked)
+	return max(retry.Policy{Initial: min(p.InitialBackoff, p.MaxBackoff), Max: p.MaxBackoff}.Delay(attempt), asked)
 }
 
 // WithRetry sets the tool's retry policy. Default: [RetryPolicy] defaults

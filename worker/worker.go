@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -21,6 +22,7 @@ import (
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/approval/release"
 	"github.com/windlass-dev/windlass/internal/layout"
+	"github.com/windlass-dev/windlass/internal/retry"
 	"github.com/windlass-dev/windlass/internal/telemetry"
 	"github.com/windlass-dev/windlass/registry"
 )
@@ -248,74 +250,101 @@ func (w *Worker) Register(tool windlass.Tool, opts ...ToolOption) error {
 // package doc describes. It returns nil after a clean shutdown, or the error
 // that kept it from starting (streams, consumers, a registry conflict).
 func (w *Worker) Run(ctx context.Context) error {
-	w.mu.Lock()
-	if w.started {
-		w.mu.Unlock()
-		return errors.New("worker: Run called twice")
-	}
-	w.started = true
-	tools := make([]*registered, 0, len(w.order))
-	for _, n := range w.order {
-		tools = append(tools, w.tools[n])
-	}
-	w.mu.Unlock()
-	if len(tools) == 0 {
-		return errors.New("worker: no tools registered")
+	tools, err := w.claimTools()
+	if err != nil {
+		return err
 	}
 	log := w.cfg.Logger.With("worker", w.cfg.ID)
-
-	js := w.cfg.JetStream
-	opts := layout.StreamOptions{Replicas: w.cfg.Replicas}
-	if err := layout.EnsureStreams(ctx, js, layout.AllStreams(opts)...); err != nil {
-		return fmt.Errorf("worker: %w", err)
+	if err := w.openStores(ctx, tools); err != nil {
+		return err
 	}
-	var err error
-	if w.resultsStream, err = js.Stream(ctx, layout.ResultsStream); err != nil {
-		return fmt.Errorf("worker: %w", err)
-	}
-	if w.eventsStream, err = js.Stream(ctx, layout.EventsStream); err != nil {
-		return fmt.Errorf("worker: %w", err)
-	}
-	if w.cancelsStream, err = js.Stream(ctx, layout.CancelsStream); err != nil {
-		return fmt.Errorf("worker: %w", err)
-	}
-	for _, t := range tools {
-		if t.spec.RequiresApproval {
-			kv, err := layout.EnsureReleases(ctx, js, opts)
-			if err != nil {
-				return fmt.Errorf("worker: the release ledger, needed for gated tool %q: %w", t.spec.Name, err)
-			}
-			w.ledger = release.NewLedger(kv)
-			break
-		}
-	}
-	stopFollowing, err := w.cancels.follow(ctx, js, log)
+	stopFollowing, err := w.cancels.follow(ctx, w.cfg.JetStream, log)
 	if err != nil {
 		return err
 	}
 	defer stopFollowing()
 	consumers := make([]jetstream.Consumer, len(tools))
 	for i, t := range tools {
-		c, err := w.ensureConsumer(ctx, t)
-		if err != nil {
+		if consumers[i], err = w.ensureConsumer(ctx, t); err != nil {
 			return err
 		}
-		consumers[i] = c
 	}
-
-	var lease *registry.Lease
-	if w.cfg.Registry != nil {
-		specs := make([]windlass.Spec, len(tools))
-		for i, t := range tools {
-			specs[i] = t.spec
-		}
-		lease, err = w.cfg.Registry.Advertise(ctx, registry.Advertisement{WorkerID: w.cfg.ID, Specs: specs, Replace: w.cfg.Replace})
-		if err != nil {
-			return fmt.Errorf("worker: advertise: %w", err)
-		}
+	lease, err := w.advertise(ctx, tools)
+	if err != nil {
+		return err
 	}
 	log.InfoContext(ctx, "worker: serving", "tools", w.order)
+	w.serve(ctx, tools, consumers, log)
+	w.withdraw(ctx, lease, log)
+	log.InfoContext(ctx, "worker: stopped")
+	return nil
+}
 
+// claimTools marks the worker started and returns its tools in the order
+// they were registered.
+func (w *Worker) claimTools() ([]*registered, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.started {
+		return nil, errors.New("worker: Run called twice")
+	}
+	w.started = true
+	if len(w.order) == 0 {
+		return nil, errors.New("worker: no tools registered")
+	}
+	tools := make([]*registered, 0, len(w.order))
+	for _, n := range w.order {
+		tools = append(tools, w.tools[n])
+	}
+	return tools, nil
+}
+
+// openStores creates the streams that are missing and opens those the
+// worker reads, and the release ledger when a tool is gated.
+func (w *Worker) openStores(ctx context.Context, tools []*registered) error {
+	js := w.cfg.JetStream
+	opts := layout.StreamOptions{Replicas: w.cfg.Replicas}
+	if err := layout.EnsureStreams(ctx, js, layout.AllStreams(opts)...); err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	for name, s := range map[string]*jetstream.Stream{layout.ResultsStream: &w.resultsStream, layout.EventsStream: &w.eventsStream, layout.CancelsStream: &w.cancelsStream} {
+		var err error
+		if *s, err = js.Stream(ctx, name); err != nil {
+			return fmt.Errorf("worker: %w", err)
+		}
+	}
+	i := slices.IndexFunc(tools, func(t *registered) bool { return t.spec.RequiresApproval })
+	if i < 0 {
+		return nil
+	}
+	kv, err := layout.EnsureReleases(ctx, js, opts)
+	if err != nil {
+		return fmt.Errorf("worker: the release ledger, needed for gated tool %q: %w", tools[i].spec.Name, err)
+	}
+	w.ledger = release.NewLedger(kv)
+	return nil
+}
+
+// advertise leases the tools' specs in the registry, when there is one.
+func (w *Worker) advertise(ctx context.Context, tools []*registered) (*registry.Lease, error) {
+	if w.cfg.Registry == nil {
+		return nil, nil
+	}
+	specs := make([]windlass.Spec, len(tools))
+	for i, t := range tools {
+		specs[i] = t.spec
+	}
+	lease, err := w.cfg.Registry.Advertise(ctx, registry.Advertisement{WorkerID: w.cfg.ID, Specs: specs, Replace: w.cfg.Replace})
+	if err != nil {
+		return nil, fmt.Errorf("worker: advertise: %w", err)
+	}
+	return lease, nil
+}
+
+// serve pulls and runs calls until ctx ends, then stops pulling and lets
+// the running calls finish within the shutdown grace, canceling those that
+// do not.
+func (w *Worker) serve(ctx context.Context, tools []*registered, consumers []jetstream.Consumer, log *slog.Logger) {
 	// Tools run under runCtx, which outlives ctx by the shutdown grace.
 	runCtx, stopTools := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer stopTools(nil)
@@ -327,7 +356,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer func() { close(beatsStop); beating.Wait() }()
 	var pullers, calls sync.WaitGroup
 	for i, t := range tools {
-		pullers.Go(func() { w.pull(ctx, runCtx, consumers[i], t, &calls, log) })
+		p := &puller{w: w, ctx: ctx, runCtx: runCtx, cons: consumers[i], t: t, calls: &calls, log: log}
+		pullers.Go(p.run)
 	}
 
 	<-ctx.Done()
@@ -336,28 +366,31 @@ func (w *Worker) Run(ctx context.Context) error {
 	// server forgets the request only once it has that. Until then it may
 	// deliver a call to it, lost until the ack wait and counted towards
 	// MaxDeliver. A flush makes the server process what was sent first.
-	if err := js.Conn().FlushTimeout(time.Second); err != nil {
-		log.Debug("worker: flushing the last pull requests' end failed", "error", err)
+	if err := w.cfg.JetStream.Conn().FlushTimeout(time.Second); err != nil {
+		log.DebugContext(ctx, "worker: flushing the last pull requests' end failed", "error", err)
 	}
 	drained := make(chan struct{})
 	go func() { calls.Wait(); close(drained) }()
 	select {
 	case <-drained:
 	case <-time.After(w.cfg.ShutdownGrace):
-		log.Warn("worker: shutdown grace over; canceling running calls", "grace", w.cfg.ShutdownGrace)
+		log.WarnContext(ctx, "worker: shutdown grace over; canceling running calls", "grace", w.cfg.ShutdownGrace)
 		stopTools(errShutdown)
 		<-drained
 	}
 	w.handlers.stop()
-	if lease != nil {
-		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if err := lease.Withdraw(wctx); err != nil {
-			log.Warn("worker: withdraw from the registry failed; the lease will lapse", "error", err)
-		}
+}
+
+// withdraw takes the worker's tools out of the registry.
+func (w *Worker) withdraw(ctx context.Context, lease *registry.Lease, log *slog.Logger) {
+	if lease == nil {
+		return
 	}
-	log.Info("worker: stopped")
-	return nil
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), retry.WriteTimeout)
+	defer cancel()
+	if err := lease.Withdraw(wctx); err != nil {
+		log.WarnContext(ctx, "worker: withdraw from the registry failed; the lease will lapse", "error", err)
+	}
 }
 
 // ensureConsumer creates or updates the tool's shared durable consumer.
@@ -394,84 +427,128 @@ const maxFetchWait = 5 * time.Second
 // worker, and the call would wait another ack wait.
 func (w *Worker) fetchWait() time.Duration { return min(maxFetchWait, w.cfg.AckWait/2) }
 
-// pull feeds one tool's calls to handlers until ctx ends. It pulls only as
-// many calls as it has free slots (per tool and per process), so no call
+// puller feeds one tool's calls to handlers until ctx ends. It pulls only
+// as many calls as it has free slots (per tool and per process), so no call
 // waits in a client-side buffer with its ack timer running: every delivered
 // call starts at once and is kept alive by in-progress acks.
-func (w *Worker) pull(ctx, runCtx context.Context, cons jetstream.Consumer, t *registered, calls *sync.WaitGroup, log *slog.Logger) {
-	toolSlots := make(chan struct{}, t.cfg.concurrency)
-	release := func() { <-w.slots; <-toolSlots }
-	batchMax := min(t.cfg.concurrency, 256)
-	failures := 0
-	for ctx.Err() == nil {
-		// Reserve one slot of each kind (waiting), then as many more as are
-		// free right now.
-		select {
-		case toolSlots <- struct{}{}:
-		case <-ctx.Done():
+type puller struct {
+	w      *Worker
+	ctx    context.Context // pulling stops when it ends
+	runCtx context.Context // the calls', which outlives ctx by the shutdown grace
+	cons   jetstream.Consumer
+	t      *registered
+	calls  *sync.WaitGroup // the handlers' goroutines and the calls until settled
+	log    *slog.Logger
+
+	toolSlots chan struct{}
+}
+
+// run pulls until the puller's context ends, retrying failed pulls.
+func (p *puller) run() {
+	p.toolSlots = make(chan struct{}, p.t.cfg.concurrency)
+	waits := retry.Policy{Initial: 100 * time.Millisecond}.Waits()
+	for failures := 0; p.ctx.Err() == nil; {
+		n, ok := p.reserve()
+		if !ok {
 			return
 		}
-		select {
-		case w.slots <- struct{}{}:
-		case <-ctx.Done():
-			<-toolSlots
-			return
-		}
-		n := 1
-		for n < batchMax && tryAcquire(toolSlots) {
-			if !tryAcquire(w.slots) {
-				<-toolSlots
-				break
-			}
-			n++
-		}
-		fetchCtx, cancel := context.WithTimeout(ctx, w.fetchWait())
-		batch, err := cons.Fetch(n, jetstream.FetchContext(fetchCtx))
-		used := 0
-		if err == nil {
-			for msg := range batch.Messages() {
-				used++
-				if ctx.Err() != nil {
-					_ = msg.Nak() // shutting down: another worker takes it at once
-					release()
-					continue
-				}
-				// calls counts the handler's goroutine and, apart, the
-				// call until it is settled, which may be later.
-				calls.Add(2)
-				w.handlers.goOrPool(func() {
-					defer calls.Done()
-					w.handle(runCtx, msg, t, log, func() { release(); calls.Done() })
-				})
-			}
-			err = batch.Error()
-		}
-		cancel()
-		for range n - used {
-			release()
-		}
-		if err != nil && ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) {
-			failures++
-			if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrStreamNotFound) {
-				// Deleted under us (an operator, a stream reset): recreate
-				// what is missing and go on pulling.
-				if rerr := layout.EnsureStreams(ctx, w.cfg.JetStream, layout.AllStreams(layout.StreamOptions{Replicas: w.cfg.Replicas})...); rerr != nil {
-					err = rerr
-				} else if c, rerr := w.ensureConsumer(ctx, t); rerr != nil {
-					err = rerr
-				} else {
-					cons = c
-				}
-			}
-			log.Warn("worker: pull failed; retrying", "tool", t.spec.Name, "error", err, "failures", failures)
-			select {
-			case <-time.After(min(time.Duration(failures)*100*time.Millisecond, 2*time.Second)):
-			case <-ctx.Done():
-			}
+		err := p.fetch(n)
+		if err == nil || p.ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) {
+			failures = 0
+			waits.Reset()
 			continue
 		}
-		failures = 0
+		failures++
+		p.log.WarnContext(p.ctx, "worker: pull failed; retrying", "tool", p.t.spec.Name, "error", p.repair(err), "failures", failures)
+		retry.Sleep(p.ctx, waits.Next())
 	}
+}
+
+// reserve takes one slot of each kind, waiting for them, then as many
+// more as are free right now, up to a batch; false when ctx ended first.
+func (p *puller) reserve() (int, bool) {
+	select {
+	case p.toolSlots <- struct{}{}:
+	case <-p.ctx.Done():
+		return 0, false
+	}
+	select {
+	case p.w.slots <- struct{}{}:
+	case <-p.ctx.Done():
+		<-p.toolSlots
+		return 0, false
+	}
+	n, batchMax := 1, min(p.t.cfg.concurrency, 256)
+	for n < batchMax && tryAcquire(p.toolSlots) {
+		if !tryAcquire(p.w.slots) {
+			<-p.toolSlots
+			break
+		}
+		n++
+	}
+	return n, true
+}
+
+// release gives back one slot of each kind.
+func (p *puller) release() { <-p.w.slots; <-p.toolSlots }
+
+// fetch pulls up to n calls and hands each to a handler; the slots of
+// those that did not come are released.
+func (p *puller) fetch(n int) error {
+	fetchCtx, cancel := context.WithTimeout(p.ctx, p.w.fetchWait())
+	defer cancel()
+	used := 0
+	defer func() {
+		for range n - used {
+			p.release()
+		}
+	}()
+	batch, err := p.cons.Fetch(n, jetstream.FetchContext(fetchCtx))
+	if err != nil {
+		return err
+	}
+	for msg := range batch.Messages() {
+		used++
+		p.take(msg)
+	}
+	return batch.Error()
+}
+
+// take hands one pulled call to a handler, or back to the stream when the
+// worker is shutting down (another worker takes it at once).
+func (p *puller) take(msg jetstream.Msg) {
+	w := p.w
+	if p.ctx.Err() != nil {
+		d := &delivery{ctx: p.runCtx, msg: msg, t: p.t, log: p.log, done: p.release}
+		w.apply(d, outcome{verb: verbRequeue, count: countRequeued})
+		d.end(w)
+		return
+	}
+	// calls counts the handler's goroutine and, apart, the call until it
+	// is settled, which may be later.
+	p.calls.Add(2)
+	w.handlers.goOrPool(func() {
+		defer p.calls.Done()
+		w.handle(p.runCtx, msg, p.t, p.log, func() { p.release(); p.calls.Done() })
+	})
+}
+
+// repair recreates what a failed pull found missing (the stream or the
+// consumer, deleted by an operator or a stream reset) and returns the error
+// to report.
+func (p *puller) repair(err error) error {
+	if !errors.Is(err, jetstream.ErrConsumerNotFound) && !errors.Is(err, jetstream.ErrConsumerDeleted) && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return err
+	}
+	if rerr := layout.EnsureStreams(p.ctx, p.w.cfg.JetStream, layout.AllStreams(layout.StreamOptions{Replicas: p.w.cfg.Replicas})...); rerr != nil {
+		return rerr
+	}
+	c, rerr := p.w.ensureConsumer(p.ctx, p.t)
+	if rerr != nil {
+		return rerr
+	}
+	p.cons = c
+	return err
 }
 
 func tryAcquire(sem chan struct{}) bool {

@@ -1,0 +1,236 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/windlass-dev/windlass"
+	"github.com/windlass-dev/windlass/approval/release"
+	"github.com/windlass-dev/windlass/internal/layout"
+	"github.com/windlass-dev/windlass/internal/retry"
+	"github.com/windlass-dev/windlass/internal/telemetry"
+	"github.com/windlass-dev/windlass/internal/textcut"
+)
+
+// apply carries out a call's outcome, in this order: log its note; record a
+// drop's refusal or a dead call; publish the answer durably; count; send a
+// retry's event; stop the heartbeat; and last settle the message (ack,
+// terminate or nak). When the dead call or the answer cannot be stored the
+// message is left as it is: JetStream redelivers it after the ack wait, and
+// the redelivery settles it.
+func (w *Worker) apply(d *delivery, o outcome) {
+	ctx, log := d.ctx, d.log
+	if o.note != "" {
+		log.Log(ctx, o.level, o.note, o.attrs...)
+	}
+	switch {
+	case o.verb == verbDrop:
+		w.recordRefusal(d, o.reason, o.detail)
+	case o.dead != nil && !w.recordDead(d, *o.dead, o.deliveries):
+		return // left for redelivery, which records it again
+	}
+	if o.answers && !w.answer(d, o.answer) {
+		return // left for redelivery
+	}
+	w.stats.add(o.count)
+	if o.retrying != nil {
+		d.hb.attemptEvent(o.retrying, false)
+	}
+	if d.hb != nil {
+		d.hb.stop() // nothing about the call goes out once it is settled
+	}
+	if err := settleMessage(d.msg, o); err != nil {
+		log.WarnContext(ctx, "worker: settling the call's message failed; it is redelivered after the ack wait", "verb", o.verb, "error", err)
+	}
+}
+
+// settleMessage acks, terminates or naks the call's message as o says.
+func settleMessage(msg jetstream.Msg, o outcome) error {
+	switch {
+	case o.verb == verbAck:
+		return msg.Ack()
+	case o.verb == verbTerm || o.verb == verbDrop:
+		return msg.Term()
+	case o.delay > 0:
+		return msg.NakWithDelay(o.delay)
+	default:
+		return msg.Nak()
+	}
+}
+
+// add counts one outcome in c.
+func (s *stats) add(c counter) {
+	switch c {
+	case countMalformed:
+		s.malformed.Add(1)
+	case countRequeued:
+		s.requeued.Add(1)
+	case countRetried:
+		s.retried.Add(1)
+	case countCanceled:
+		s.canceled.Add(1)
+	case countAlreadyAnswered:
+		s.alreadyAnswered.Add(1)
+	case countRefused:
+		s.refused.Add(1)
+	}
+}
+
+// answer publishes a call's answer durably and counts it; false, having
+// logged why, when it could not be stored.
+func (w *Worker) answer(d *delivery, result windlass.ToolResult) bool {
+	ctx, log := d.ctx, d.log
+	sent, err := w.publishResult(ctx, result, d.origin)
+	if err != nil {
+		log.ErrorContext(ctx, "worker: could not publish the result; leaving the call for redelivery", "error", err)
+		return false
+	}
+	if sent.Code() == windlass.CodeResultTooLarge && result.Code() != windlass.CodeResultTooLarge {
+		log.WarnContext(ctx, "worker: the tool's result is over the max payload; answered result_too_large", "error", sent.Content)
+	}
+	w.metrics.Answered(ctx, sent)
+	if sent.IsError {
+		w.stats.failed.Add(1)
+		telemetry.SetError(trace.SpanFromContext(ctx), string(sent.Code()), sent.Content)
+	} else {
+		w.stats.completed.Add(1)
+	}
+	return true
+}
+
+// publishResult publishes result to the results stream (see
+// publishDurably) and returns what it published. A result the stream drops
+// as a duplicate (the call already had one) is counted, not an error. A
+// result too large to publish is replaced by its result_too_large answer
+// (see tooLarge): the tool did its work, and leaving the call for
+// redelivery would only run it again, to the same end.
+func (w *Worker) publishResult(ctx context.Context, result windlass.ToolResult, origin string) (windlass.ToolResult, error) {
+	data, err := json.Marshal(result)
+	if err != nil {
+		return result, fmt.Errorf("encode result: %w", err)
+	}
+	if !validOrigin(origin) {
+		origin = "anonymous"
+	}
+	m := &nats.Msg{
+		Subject: layout.ResultSubject(origin, result.CallID),
+		Data:    data,
+		Header:  nats.Header{nats.MsgIdHdr: []string{layout.ResultMsgID(result.CallID)}, layout.HeaderProtocol: []string{protocolVersion}},
+	}
+	limit := w.cfg.JetStream.Conn().MaxPayload()
+	if size := layout.MessageSize(m); limit > 0 && int64(size) > limit {
+		result, m.Data = w.tooLarge(result, size, limit)
+	}
+	ack, err := w.publishDurably(ctx, m)
+	if errors.Is(err, nats.ErrMaxPayload) && result.Code() != windlass.CodeResultTooLarge {
+		// The server's limit is below what the client was told (a
+		// reconfigured server): the same answer.
+		result, m.Data = w.tooLarge(result, layout.MessageSize(m), limit)
+		ack, err = w.publishDurably(ctx, m)
+	}
+	if err == nil && ack.Duplicate {
+		w.stats.duplicateResults.Add(1)
+	}
+	return result, err
+}
+
+// publishDurably publishes m to its stream and waits for the stream's
+// acknowledgement, retrying for up to half the ack wait (the heartbeat
+// keeps the call meanwhile), also while the worker shuts down. A message
+// over the max payload is not retried: it never fits.
+func (w *Worker) publishDurably(ctx context.Context, m *nats.Msg) (*jetstream.PubAck, error) {
+	policy := retry.Policy{Initial: 50 * time.Millisecond, For: w.cfg.AckWait / 2, PerAttempt: retry.WriteTimeout}
+	return retry.Value(context.WithoutCancel(ctx), policy, func(ctx context.Context) (*jetstream.PubAck, error) {
+		ack, err := w.cfg.JetStream.PublishMsg(ctx, m)
+		if errors.Is(err, nats.ErrMaxPayload) {
+			return nil, retry.Permanent(err)
+		}
+		return ack, err
+	})
+}
+
+// recordDead stores a dead call durably (deduplicated by call id). It
+// reports false, having logged why, when it could not.
+func (w *Worker) recordDead(d *delivery, cause windlass.CallError, deliveries int) bool {
+	ctx, log, call := d.ctx, d.log, d.call
+	call.Attempt = 0 // the replay starts afresh
+	cause.Message = textcut.Cut(cause.Message, maxEventText)
+	rec := windlass.DeadCall{Call: call, Error: cause, Deliveries: deliveries, Worker: w.cfg.ID, DiedAt: time.Now(), Origin: d.origin}
+	data, err := json.Marshal(rec)
+	if err != nil {
+		log.ErrorContext(ctx, "worker: encode dead call", "error", err)
+		return false
+	}
+	m := &nats.Msg{Subject: layout.DeadSubject(call.Name), Data: data, Header: nats.Header{
+		nats.MsgIdHdr: []string{layout.DeadMsgID(call.ID)}, layout.HeaderProtocol: []string{protocolVersion},
+	}}
+	if limit := w.cfg.JetStream.Conn().MaxPayload(); limit > 0 && int64(layout.MessageSize(m)) > limit {
+		// A call near the max payload and an error: keep the record,
+		// without the arguments and metadata, rather than leave the call
+		// to run again.
+		rec.Call.Arguments, rec.Call.Metadata, rec.ArgumentsOmitted = nil, nil, true
+		if m.Data, err = json.Marshal(rec); err != nil {
+			return false
+		}
+	}
+	if _, err := w.publishDurably(ctx, m); errors.Is(err, nats.ErrMaxPayload) {
+		// Still too large: the answer matters more than the record, and a
+		// redelivery would only fail the same way (after running again).
+		log.ErrorContext(ctx, "worker: the dead call's record is too large to keep; answering without it", "error", err)
+		return true
+	} else if err != nil {
+		log.ErrorContext(ctx, "worker: could not record the dead call; leaving it for redelivery", "error", err)
+		return false
+	}
+	w.stats.dead.Add(1)
+	return true
+}
+
+// recordRefusal tells operators about a dropped message: a refusal record,
+// the refusals metric, a warning. The record is best effort (retried like a
+// result); the message is terminated whether or not it could be stored, so
+// a flood of forgeries is not redelivered.
+func (w *Worker) recordRefusal(d *delivery, reason release.Reason, detail string) {
+	ctx, log, msg := d.ctx, d.log, d.msg
+	if reason == "" {
+		reason = release.ReasonMalformed
+	}
+	w.metrics.Refused(ctx, d.t.spec.Name, string(reason))
+	rec := windlass.Refusal{
+		CallID: d.call.ID, Tool: d.t.spec.Name, Reason: string(reason), Detail: textcut.Cut(detail, maxEventText),
+		MsgID: msg.Headers().Get(nats.MsgIdHdr), Origin: textcut.Cut(msg.Headers().Get(layout.HeaderOrigin), 256),
+		Worker: w.cfg.ID, At: time.Now(),
+	}
+	if d.meta != nil {
+		rec.Seq, rec.PublishedAt = d.meta.Sequence.Stream, d.meta.Timestamp
+	}
+	log.WarnContext(ctx, "worker: refused a message on a gated tool's subject; dropped without running or answering it",
+		"reason", reason, "detail", rec.Detail, "stream_seq", rec.Seq, "msg_id", rec.MsgID, "claimed_origin", rec.Origin)
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return
+	}
+	m := &nats.Msg{Subject: layout.RefusalSubject(d.t.spec.Name), Data: data, Header: nats.Header{
+		nats.MsgIdHdr: []string{layout.RefusalMsgID(rec.Seq)}, layout.HeaderProtocol: []string{protocolVersion},
+	}}
+	if _, err := w.publishDurably(ctx, m); err != nil {
+		log.ErrorContext(ctx, "worker: could not record the refusal", "error", err)
+	}
+}
+
+var protocolVersion = fmt.Sprint(windlass.ProtocolVersion)
+
+// validOrigin reports whether an origin header is a safe subject token.
+func validOrigin(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	return windlass.ValidateName(s) == nil
+}

@@ -1,0 +1,266 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/windlass-dev/windlass"
+	"github.com/windlass-dev/windlass/approval/release"
+	"github.com/windlass-dev/windlass/internal/layout"
+	"github.com/windlass-dev/windlass/internal/retry"
+)
+
+// delivery is one delivered call message and what handling it holds. The
+// guards fill in what they learn (the metadata, the call, its heartbeat,
+// its place in the cancellations); end releases it all.
+type delivery struct {
+	ctx    context.Context // the call's: its consumer span, for settling and logs
+	msg    jetstream.Msg
+	t      *registered
+	log    *slog.Logger
+	origin string // where the answer goes
+	done   func()
+
+	meta *jetstream.MsgMetadata
+	call windlass.ToolCall
+	hb   *heartbeat // from the call's decoding until the message is settled
+
+	token   string                  // the call's in the worker's cancellations
+	callCtx context.Context         // the tool's, canceled by a cancellation or the shutdown grace
+	cancel  context.CancelCauseFunc // of callCtx
+}
+
+// end releases what the call holds, once its message is settled or handed
+// back: its place in the cancellations, its context, its heartbeat, and
+// then done.
+func (d *delivery) end(w *Worker) {
+	if d.token != "" {
+		w.cancels.finish(d.token)
+	}
+	if d.cancel != nil {
+		d.cancel(nil)
+	}
+	if d.hb != nil {
+		d.hb.stop()
+	}
+	d.done()
+}
+
+// guard is one intake check: it stops the call with an outcome, or lets it
+// go on to the next check.
+type guard func(*delivery) (o outcome, stop bool)
+
+// intake runs the guards in order, each of them once the earlier ones have
+// passed, and returns the first outcome that stops the call; ok when every
+// guard passed and the call may run.
+func (w *Worker) intake(d *delivery) (outcome, bool) {
+	for _, g := range [...]guard{w.decode, w.admitGated, w.alreadyAnswered, w.outOfDeliveries, w.refuse, w.canceledBefore} {
+		if o, stop := g(d); stop {
+			return o, false
+		}
+	}
+	return outcome{}, true
+}
+
+// decode reads the message's metadata and call, and starts the call's
+// heartbeat. A message without metadata is terminated; a malformed call is
+// answered invalid_call when its id can be read, and terminated — on a
+// gated tool's subject it is dropped instead: it is not the approval
+// service's release of any call, so nothing may answer it.
+func (w *Worker) decode(d *delivery) (outcome, bool) {
+	meta, err := d.msg.Metadata()
+	if err != nil {
+		return outcome{verb: verbTerm, note: "worker: message without JetStream metadata; terminating", level: slog.LevelError,
+			attrs: []any{"tool", d.t.spec.Name, "error", err}}, true
+	}
+	d.meta = meta
+	if err := json.Unmarshal(d.msg.Data(), &d.call); err != nil || d.call.Validate() != nil {
+		if err == nil {
+			err = d.call.Validate()
+		}
+		return w.malformed(d, err), true
+	}
+	d.call.Attempt = int(meta.NumDelivered)
+	identify(d.ctx, d.call)
+	d.log = d.log.With("call_id", d.call.ID, "tool", d.call.Name, "attempt", d.call.Attempt)
+	// One heartbeat from delivery until the message is settled, which
+	// includes publishing the result.
+	d.hb = w.startHeartbeat(d.msg, d.call)
+	return outcome{}, false
+}
+
+// malformed is the outcome of a message whose call does not decode.
+func (w *Worker) malformed(d *delivery, err error) outcome {
+	id := readableID(d.msg.Data())
+	d.call = windlass.ToolCall{ID: id, Name: d.t.spec.Name}
+	if d.t.spec.RequiresApproval {
+		return dropped(release.ReasonMalformed, "the call message is malformed: "+err.Error())
+	}
+	o := outcome{verb: verbTerm, count: countMalformed, note: "worker: malformed call; terminating it", level: slog.LevelWarn,
+		attrs: []any{"tool", d.t.spec.Name, "call_id", id, "error", err}}
+	if id != "" {
+		o.answer, o.answers = windlass.ErrorResult(d.call, windlass.CodeInvalidCall, fmt.Sprintf("The call message is malformed: %v", err)), true
+	}
+	return o
+}
+
+// dropped is the outcome of a message dropped for reason.
+func dropped(reason release.Reason, detail string) outcome {
+	return outcome{verb: verbDrop, reason: reason, detail: detail, count: countRefused}
+}
+
+// alreadyAnswered acks, without running it, a redelivered call of an
+// ungated tool that has its result: its earlier worker published the result
+// but was lost (or paused past the ack wait) before its ack landed; the
+// caller has its answer, and running the call again would only repeat its
+// effects. It goes before the deliveries' bound: an answered call is not
+// dead, however many deliveries it took. (A gated call was looked up by
+// admitGated.)
+func (w *Worker) alreadyAnswered(d *delivery) (outcome, bool) {
+	if d.t.spec.RequiresApproval || d.call.Attempt == 1 || !w.answered(d.ctx, d.call.ID) {
+		return outcome{}, false
+	}
+	return ackedUnrun(countAlreadyAnswered, "worker: redelivered call already answered; acking without running"), true
+}
+
+// ackedUnrun is the outcome of a call acked without running or answering:
+// its answer is stored already.
+func ackedUnrun(c counter, note string) outcome {
+	return outcome{verb: verbAck, count: c, note: note, level: slog.LevelInfo}
+}
+
+// answered reports whether the call already has a result in the results
+// stream (see storedResult). When it cannot tell, it says no: for an ungated
+// call running again is safe (at least once), skipping a call that has no
+// answer is not. A gated call never runs on this guess (admitGated).
+func (w *Worker) answered(ctx context.Context, callID string) bool {
+	_, ok, _ := w.storedResult(ctx, callID)
+	return ok
+}
+
+// outOfDeliveries buries a call delivered more often than Config.MaxDeliver
+// allows: every earlier delivery was lost with its worker, so it does not
+// risk a worker on it again. It is answered worker_lost, with the last
+// retryable error it had if any, recorded as dead, and terminated so it
+// does not stay in the work queue.
+func (w *Worker) outOfDeliveries(d *delivery) (outcome, bool) {
+	call := d.call
+	if call.Attempt <= w.cfg.MaxDeliver {
+		return outcome{}, false
+	}
+	lost := call.Attempt - 1
+	text := fmt.Sprintf("The call to %q was lost: it was delivered %d times and each worker that took it stopped answering (crashed, killed or cut off) before it finished. It was not run again; see the dead calls to replay it.", call.Name, lost)
+	if last, ok := w.lastRetryError(d.ctx, call.ID); ok {
+		text += " Its last error was: " + last.Message
+	}
+	r := windlass.ErrorResult(call, windlass.CodeWorkerLost, text)
+	r.Worker = w.cfg.ID
+	o := answered(verbTerm, r)
+	o.dead, o.deliveries = r.Error, lost
+	o.note, o.level, o.attrs = "worker: call ran out of deliveries; answering worker_lost", slog.LevelWarn, []any{"deliveries", lost}
+	return o, true
+}
+
+// lastRetryError reads the error of the call's latest retrying event.
+func (w *Worker) lastRetryError(ctx context.Context, callID string) (windlass.CallError, bool) {
+	getCtx, cancel := context.WithTimeout(ctx, retry.ReadTimeout)
+	defer cancel()
+	m, err := w.eventsStream.GetLastMsgForSubject(getCtx, layout.EventSubject(callID, string(windlass.EventRetrying)))
+	if err != nil {
+		return windlass.CallError{}, false
+	}
+	var e windlass.Event
+	if json.Unmarshal(m.Data, &e) != nil || e.Error == nil {
+		return windlass.CallError{}, false
+	}
+	return *e.Error, true
+}
+
+// refuse answers, without running the tool, a call that must not run. A
+// gated call comes here only once admitGated proved it the rightful
+// message of its release, whose expiry is the call's deadline by then.
+func (w *Worker) refuse(d *delivery) (outcome, bool) {
+	call, t, now := d.call, d.t, time.Now()
+	var r windlass.ToolResult
+	switch {
+	case call.Name != t.spec.Name:
+		r = windlass.ErrorResult(call, windlass.CodeInvalidCall,
+			fmt.Sprintf("The call names tool %q but arrived on the subject of %q.", call.Name, t.spec.Name))
+	case !call.Deadline.IsZero() && !now.Before(call.Deadline):
+		r = windlass.ErrorResult(call, windlass.CodeTimeout,
+			fmt.Sprintf("Tool %q timed out: the call's deadline passed %s before a worker took it.", call.Name, now.Sub(call.Deadline).Round(time.Millisecond)))
+	case t.cfg.maxQueueWait > 0 && call.Attempt == 1 && now.Sub(d.meta.Timestamp) > t.cfg.maxQueueWait:
+		// Schedule-to-start: only the first delivery waited in the queue.
+		// A later one follows a retry's backoff or a lost worker, and the
+		// message's timestamp is still its first publish.
+		r = windlass.ErrorResult(call, windlass.CodeTimeout,
+			fmt.Sprintf("Tool %q timed out: the call waited %s in the queue, longer than its bound of %s.", call.Name, now.Sub(d.meta.Timestamp).Round(time.Millisecond), t.cfg.maxQueueWait))
+	case call.SpecHash != "" && call.SpecHash != t.hash:
+		r = windlass.ErrorResult(call, windlass.CodeSpecMismatch,
+			fmt.Sprintf("Tool %q changed: this worker serves schema %s but the call was made for schema %s. List the tools again and retry.", call.Name, t.hash, call.SpecHash))
+	default:
+		return outcome{}, false
+	}
+	return answered(verbAck, r), true
+}
+
+// canceledBefore enters the call in the worker's cancellations, which
+// gives it the context its tool will run under, and answers it canceled
+// when it was canceled before it started.
+func (w *Worker) canceledBefore(d *delivery) (outcome, bool) {
+	d.token = layout.CallToken(d.call.ID)
+	d.callCtx, d.cancel = context.WithCancelCause(d.ctx)
+	rec, canceled := w.cancels.start(d.token, d.cancel)
+	if !canceled && time.Since(d.meta.Timestamp) > cancelCheckAfter {
+		getCtx, stop := context.WithTimeout(d.ctx, retry.ReadTimeout)
+		rec, canceled = w.checkCancellation(getCtx, d.call.ID)
+		stop()
+	}
+	if !canceled {
+		return outcome{}, false
+	}
+	r := windlass.ResultFromError(d.call, windlass.CancelCause(rec.Reason))
+	r.Worker = w.cfg.ID
+	o := answered(verbAck, r)
+	o.count, o.note, o.level = countCanceled, "worker: call was canceled before it started; answering canceled", slog.LevelInfo
+	return o, true
+}
+
+// cancelCheckAfter is the queue wait past which a call is looked up in the
+// cancels stream itself before it starts. The follower of the stream may
+// lag (a loaded machine); a call that waited a while may have been canceled
+// meanwhile. A call pulled within this time of its publish is not looked
+// up, which keeps the direct get off the fast path: a cancellation made in
+// that instant reaches the tool as a canceled context instead.
+const cancelCheckAfter = 20 * time.Millisecond
+
+// checkCancellation looks a call up in the cancels stream and records what
+// it finds, which also cancels the call if it runs here. When the stream
+// cannot say, the call is taken as not canceled: the follower and the
+// heartbeat still bring a cancellation to it.
+func (w *Worker) checkCancellation(ctx context.Context, callID string) (windlass.Cancellation, bool) {
+	if w.cancelsStream == nil {
+		return windlass.Cancellation{}, false
+	}
+	rec, ok := w.readCancellation(ctx, callID)
+	if ok {
+		w.cancels.add(layout.CallToken(callID), rec)
+	}
+	return rec, ok
+}
+
+// readableID extracts a valid call id from a malformed message, or "".
+func readableID(data []byte) string {
+	var probe struct {
+		ID string `json:"id"`
+	}
+	if json.Unmarshal(data, &probe) != nil || windlass.ValidateCallID(probe.ID) != nil {
+		return ""
+	}
+	return probe.ID
+}
