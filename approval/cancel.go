@@ -12,6 +12,7 @@ import (
 
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/internal/layout"
+	"github.com/windlass-dev/windlass/internal/retry"
 )
 
 // cancels is the service's view of the cancels stream: a handle kept once
@@ -73,17 +74,9 @@ func decodeCancellation(subject string, data []byte) (windlass.Cancellation, err
 // is retried a few times within ctx; should it last, the check on the
 // decision path and the expiry still keep the call from running.
 func (s *Service) applyCancel(ctx context.Context, rec windlass.Cancellation) bool {
-	var (
-		changed bool
-		err     error
-	)
-	for attempt, backoff := 1, 100*time.Millisecond; ; attempt, backoff = attempt+1, 2*backoff {
-		changed, err = s.store.cancel(ctx, rec.CallID, rec.Reason, time.Now())
-		if err == nil || attempt == 4 || ctx.Err() != nil {
-			break
-		}
-		sleep(ctx, backoff)
-	}
+	changed, err := retry.Value(ctx, retry.Policy{Initial: 100 * time.Millisecond, Attempts: 4}, func(ctx context.Context) (bool, error) {
+		return s.store.cancel(ctx, rec.CallID, rec.Reason, time.Now())
+	})
 	if err != nil {
 		s.cfg.Logger.Error("approval: could not apply a cancellation", "call_id", rec.CallID, "error", err)
 		return false

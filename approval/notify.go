@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/windlass-dev/windlass/internal/retry"
 )
 
 const notifyGroup = "notify"
@@ -19,7 +21,7 @@ func (s *Service) notifyLoop(ctx context.Context) {
 	if err := rc.XGroupCreateMkStream(ctx, key, notifyGroup, "0").Err(); err != nil && !isBusyGroup(err) {
 		s.cfg.Logger.Error("approval: cannot create the notification group", "error", err)
 	}
-	backoff := 100 * time.Millisecond
+	waits := retry.Policy{Initial: 100 * time.Millisecond, Max: 5 * time.Second}.Waits()
 	for ctx.Err() == nil {
 		// "0" re-reads what was read but not acknowledged (a crash, a
 		// failed Notify) before new events (">").
@@ -30,7 +32,7 @@ func (s *Service) notifyLoop(ctx context.Context) {
 		if err != nil {
 			if ctx.Err() == nil && !errors.Is(err, redis.Nil) {
 				s.cfg.Logger.Warn("approval: reading events failed", "error", err)
-				sleep(ctx, backoff)
+				retry.Sleep(ctx, waits.Next())
 			}
 			continue
 		}
@@ -39,11 +41,10 @@ func (s *Service) notifyLoop(ctx context.Context) {
 			h, _ := s.store.get(ctx, ev.CallID)
 			if err := s.cfg.Notify(ctx, ev, h); err != nil {
 				s.cfg.Logger.Warn("approval: notification failed; retrying", "event", ev.Event, "call_id", ev.CallID, "error", err)
-				sleep(ctx, backoff)
-				backoff = min(2*backoff, 5*time.Second)
+				retry.Sleep(ctx, waits.Next())
 				break // keep the order: retry this event first
 			}
-			backoff = 100 * time.Millisecond
+			waits.Reset()
 			rc.XAck(ctx, key, notifyGroup, m.ID)
 		}
 	}
@@ -65,13 +66,4 @@ func (s *Service) readEvents(ctx context.Context, from string) ([]redis.XMessage
 
 func isBusyGroup(err error) bool {
 	return err != nil && len(err.Error()) >= 9 && err.Error()[:9] == "BUSYGROUP"
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
 }

@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
@@ -21,6 +20,7 @@ import (
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/approval/release"
 	"github.com/windlass-dev/windlass/internal/layout"
+	"github.com/windlass-dev/windlass/internal/retry"
 	"github.com/windlass-dev/windlass/internal/telemetry"
 	"github.com/windlass-dev/windlass/internal/textcut"
 	"github.com/windlass-dev/windlass/registry"
@@ -240,7 +240,7 @@ func (s *Service) Run(ctx context.Context) error {
 // answerStatus replies to a status request (the body is a call id) with
 // {"found": bool, "call": HeldCall}.
 func (s *Service) answerStatus(m *nats.Msg) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), retry.ReadTimeout)
 	defer cancel()
 	reply := map[string]any{"found": false}
 	if h, err := s.store.get(ctx, string(m.Data)); err == nil {
@@ -361,15 +361,13 @@ func (s *Service) answer(ctx context.Context, h *HeldCall, code windlass.ErrorCo
 		nats.MsgIdHdr: []string{layout.ResultMsgID(h.ID)}, layout.HeaderProtocol: []string{fmt.Sprint(windlass.ProtocolVersion)}}}
 	// Retried for a while: the decision is recorded, and its caller waits
 	// for this answer.
-	b := backoff.NewExponentialBackOff()
-	b.InitialInterval, b.MaxElapsedTime = 50*time.Millisecond, answerRetry
-	err := backoff.Retry(func() error {
-		_, err := s.js.PublishMsg(context.WithoutCancel(ctx), m)
+	err := retry.Do(context.WithoutCancel(ctx), retry.Policy{Initial: 50 * time.Millisecond, For: answerRetry, PerAttempt: retry.WriteTimeout}, func(ctx context.Context) error {
+		_, err := s.js.PublishMsg(ctx, m)
 		if errors.Is(err, nats.ErrMaxPayload) {
-			return backoff.Permanent(err)
+			return retry.Permanent(err)
 		}
 		return err
-	}, b)
+	})
 	if err != nil {
 		s.cfg.Logger.Error("approval: could not answer the caller", "call_id", h.ID, "code", code, "error", err)
 	}

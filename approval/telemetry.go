@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/windlass-dev/windlass/internal/layout"
+	"github.com/windlass-dev/windlass/internal/retry"
 	"github.com/windlass-dev/windlass/internal/telemetry"
 )
 
@@ -54,7 +55,7 @@ const summaryLimit = 10000
 // answerSummary replies to a summary request with the pending held calls
 // by tool: {"pending": {"<tool>": n}, "truncated": bool}.
 func (s *Service) answerSummary(m *nats.Msg) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), retry.ReadTimeout)
 	defer cancel()
 	pending := map[string]int{}
 	reply := map[string]any{"pending": pending}

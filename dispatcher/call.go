@@ -14,6 +14,7 @@ import (
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/approval/release"
 	"github.com/windlass-dev/windlass/internal/layout"
+	"github.com/windlass-dev/windlass/internal/retry"
 	"github.com/windlass-dev/windlass/internal/streamread"
 )
 
@@ -286,22 +287,18 @@ const publishAttempt = 2 * time.Second
 // the stream acknowledges it or ctx ends. retried reports that more than one
 // attempt was made.
 func (d *Dispatcher) publishDurably(ctx context.Context, m *nats.Msg) (ack *jetstream.PubAck, retried bool, err error) {
-	wait := 50 * time.Millisecond
-	for attempt := 1; ; attempt++ {
-		attemptCtx, cancel := context.WithTimeout(ctx, publishAttempt)
-		ack, err = d.js.PublishMsg(attemptCtx, m)
-		cancel()
-		if err == nil || ctx.Err() != nil || errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrMaxPayload) {
-			return ack, attempt > 1, err
+	attempts := 0
+	ack, err = retry.Value(ctx, retry.Policy{Initial: 50 * time.Millisecond, Max: time.Second, PerAttempt: publishAttempt}, func(attemptCtx context.Context) (*jetstream.PubAck, error) {
+		if attempts++; attempts > 1 {
+			d.cfg.Logger.DebugContext(ctx, "dispatcher: publish not acknowledged; trying again", "subject", m.Subject, "attempt", attempts)
 		}
-		d.cfg.Logger.Debug("dispatcher: publish not acknowledged; trying again", "subject", m.Subject, "attempt", attempt, "error", err)
-		select {
-		case <-time.After(wait):
-		case <-ctx.Done():
-			return nil, true, err
+		ack, err := d.js.PublishMsg(attemptCtx, m)
+		if err != nil && (ctx.Err() != nil || errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrMaxPayload)) {
+			return nil, retry.Permanent(err) // the caller gave up, or the same message never goes
 		}
-		wait = min(2*wait, time.Second)
-	}
+		return ack, err
+	})
+	return ack, attempts > 1, err
 }
 
 // Call runs a tool in the fleet and waits for its result, at most until the
@@ -385,7 +382,7 @@ func (d *Dispatcher) timedOut(ctx context.Context, call windlass.ToolCall) (wind
 		r := windlass.ErrorResult(call, windlass.CodeCanceled, fmt.Sprintf("The call to %q was abandoned by its caller.", call.Name))
 		return r, ctx.Err()
 	}
-	fetchCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	fetchCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), retry.ReadTimeout)
 	defer cancel()
 	if r, err := d.Result(fetchCtx, call.ID); err == nil {
 		return r, nil

@@ -19,6 +19,7 @@ import (
 
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/internal/layout"
+	"github.com/windlass-dev/windlass/internal/retry"
 	"github.com/windlass-dev/windlass/internal/telemetry"
 	"github.com/windlass-dev/windlass/registry"
 )
@@ -256,7 +257,7 @@ func (d *Dispatcher) sweep() {
 		case <-ctx.Done():
 		}
 	}()
-	var retry []string
+	var again []string // look-ups that failed, asked again with backoff
 	found := 0
 	look := func(id string) {
 		r, err := d.Result(ctx, id)
@@ -265,27 +266,23 @@ func (d *Dispatcher) sweep() {
 			d.deliver(r)
 			found++
 		case !errors.Is(err, ErrNoResult):
-			retry = append(retry, id)
+			again = append(again, id)
 		}
 	}
 	d.pending.Range(func(k, _ any) bool {
 		look(k.(string))
 		return ctx.Err() == nil
 	})
-	for wait := 100 * time.Millisecond; len(retry) > 0 && ctx.Err() == nil; wait = min(2*wait, 2*time.Second) {
-		select {
-		case <-time.After(wait):
-		case <-ctx.Done():
-		}
-		ids := retry
-		retry = nil
+	for waits := (retry.Policy{Initial: 100 * time.Millisecond}).Waits(); len(again) > 0 && retry.Sleep(ctx, waits.Next()); {
+		ids := again
+		again = nil
 		for _, id := range ids {
 			if _, waiting := d.pending.Load(id); waiting {
 				look(id)
 			}
 		}
 	}
-	d.cfg.Logger.Info("dispatcher: reconnected; looked up the results of waiting calls", "found", found, "unanswered_lookups", len(retry))
+	d.cfg.Logger.Info("dispatcher: reconnected; looked up the results of waiting calls", "found", found, "unanswered_lookups", len(again))
 }
 
 // sweepTimeout bounds one sweep.

@@ -13,7 +13,7 @@ import (
 
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/internal/layout"
-	"github.com/windlass-dev/windlass/internal/streamread"
+	"github.com/windlass-dev/windlass/internal/retry"
 )
 
 // publishQueued records that the fleet accepted call, and waits until the
@@ -69,9 +69,9 @@ func (d *Dispatcher) lastEvent(ctx context.Context, callID string, kind windlass
 }
 
 // readEvent reads a call's latest event of one kind, in one request bounded
-// by streamread.Timeout: jetstream.ErrMsgNotFound when there is none.
+// by retry.ReadTimeout: jetstream.ErrMsgNotFound when there is none.
 func (d *Dispatcher) readEvent(ctx context.Context, callID string, kind windlass.EventKind) (windlass.Event, error) {
-	ctx, cancel := context.WithTimeout(ctx, streamread.Timeout)
+	ctx, cancel := context.WithTimeout(ctx, retry.ReadTimeout)
 	defer cancel()
 	m, err := d.events.GetLastMsgForSubject(ctx, layout.EventSubject(callID, string(kind)))
 	if err != nil {
@@ -92,26 +92,17 @@ func (d *Dispatcher) readEvent(ctx context.Context, callID string, kind windlass
 // could not be read in time: then the calls stream's duplicate window is
 // what remains to catch a resubmit.
 func (d *Dispatcher) queuedRecord(ctx context.Context, callID string, due bool) (windlass.Event, bool) {
-	deadline := time.Now().Add(queuedGrace)
-	for wait := 10 * time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
+	q, err := retry.Value(ctx, retry.Policy{Initial: 10 * time.Millisecond, Max: 200 * time.Millisecond, For: queuedGrace}, func(ctx context.Context) (windlass.Event, error) {
 		q, err := d.readEvent(ctx, callID, windlass.EventQueued)
-		switch {
-		case err == nil:
-			return q, true
-		case errors.Is(err, jetstream.ErrMsgNotFound) && !due:
-			return windlass.Event{}, false
-		case time.Now().Add(wait).After(deadline):
-			if !errors.Is(err, jetstream.ErrMsgNotFound) {
-				d.cfg.Logger.Warn("dispatcher: could not check whether the call id was used before; relying on the duplicate window", "call_id", callID, "error", err)
-			}
-			return windlass.Event{}, false
+		if errors.Is(err, jetstream.ErrMsgNotFound) && !due {
+			return q, retry.Permanent(err)
 		}
-		select {
-		case <-time.After(wait):
-		case <-ctx.Done():
-			return windlass.Event{}, false
-		}
+		return q, err
+	})
+	if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) && ctx.Err() == nil {
+		d.cfg.Logger.WarnContext(ctx, "dispatcher: could not check whether the call id was used before; relying on the duplicate window", "call_id", callID, "error", err)
 	}
+	return q, err == nil
 }
 
 // Watch follows a call's life from any dispatcher instance: the events so
@@ -285,13 +276,13 @@ const (
 
 // deleteWatchConsumer deletes the server's consumer of a watch, under its
 // current name, even when ctx has ended (a client gone), within
-// streamread.Timeout. A failure (NATS down) is left to watchInactive.
+// retry.ReadTimeout. A failure (NATS down) is left to watchInactive.
 func (d *Dispatcher) deleteWatchConsumer(ctx context.Context, callID string, cons jetstream.Consumer) {
 	info := cons.CachedInfo()
 	if info == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), streamread.Timeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), retry.ReadTimeout)
 	defer cancel()
 	if err := d.events.DeleteConsumer(ctx, info.Name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		d.cfg.Logger.Debug("dispatcher: watch: could not delete the consumer; the server drops it once inactive", "call_id", callID, "consumer", info.Name, "error", err)
@@ -349,7 +340,7 @@ func (o *eventOrder) flush() bool {
 // (0 when it has none or the stream cannot say).
 func (d *Dispatcher) lastEventSeq(ctx context.Context, callID string) uint64 {
 	var last uint64
-	ctx, cancel := context.WithTimeout(ctx, streamread.Timeout)
+	ctx, cancel := context.WithTimeout(ctx, retry.ReadTimeout)
 	defer cancel()
 	for _, kind := range []windlass.EventKind{windlass.EventQueued, windlass.EventStarted, windlass.EventProgress, windlass.EventRetrying} {
 		if m, err := d.events.GetLastMsgForSubject(ctx, layout.EventSubject(callID, string(kind))); err == nil {

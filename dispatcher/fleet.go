@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/windlass-dev/windlass/internal/layout"
+	"github.com/windlass-dev/windlass/internal/retry"
 )
 
 // ToolStatus is one tool in [FleetStatus].
@@ -85,7 +86,7 @@ func (d *Dispatcher) Fleet(ctx context.Context) (FleetStatus, error) {
 // heldByTool asks the approval service how many calls it holds pending, by
 // tool; answered is false when no approval service runs.
 func (d *Dispatcher) heldByTool(ctx context.Context) (held map[string]int, answered bool, err error) {
-	reqCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	reqCtx, cancel := context.WithTimeout(ctx, retry.ReadTimeout)
 	defer cancel()
 	m, err := d.cfg.Conn.RequestWithContext(reqCtx, layout.ApprovalSummarySubject, nil)
 	if errors.Is(err, nats.ErrNoResponders) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/internal/layout"
+	"github.com/windlass-dev/windlass/internal/retry"
 )
 
 // State is where a call stands, as [Dispatcher.Status] sees it.
@@ -159,7 +160,7 @@ func (d *Dispatcher) Status(ctx context.Context, callID string) (CallStatus, err
 // askApproval asks the approval service about a held call; nil when it
 // holds none (or no approval service runs).
 func (d *Dispatcher) askApproval(ctx context.Context, callID string) (*Approval, error) {
-	reqCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	reqCtx, cancel := context.WithTimeout(ctx, retry.ReadTimeout)
 	defer cancel()
 	m, err := d.cfg.Conn.RequestWithContext(reqCtx, layout.ApprovalStatusSubject, []byte(callID))
 	if errors.Is(err, nats.ErrNoResponders) {

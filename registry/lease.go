@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
+	"github.com/windlass-dev/windlass/internal/retry"
 )
 
 // Lease is a worker's advertisement kept alive by heartbeats. Its methods
@@ -58,14 +58,10 @@ func (l *Lease) heartbeat(ctx context.Context) {
 			return
 		case <-ticker.C:
 		}
-		b := backoff.NewExponentialBackOff()
-		b.InitialInterval = 100 * time.Millisecond
-		b.MaxInterval = l.reg.cfg.HeartbeatInterval
-		b.MaxElapsedTime = 0 // until Redis is back or the lease ends
 		failures := 0
-		_ = backoff.Retry(func() error {
-			opCtx, cancel := context.WithTimeout(ctx, l.reg.cfg.HeartbeatInterval)
-			defer cancel()
+		// Until Redis is back or the lease ends.
+		policy := retry.Policy{Initial: 100 * time.Millisecond, Max: l.reg.cfg.HeartbeatInterval, PerAttempt: l.reg.cfg.HeartbeatInterval}
+		_ = retry.Do(ctx, policy, func(opCtx context.Context) error {
 			err := l.reg.advertiseOnce(opCtx, l.ad, l.started)
 			var conflict *ConflictError
 			switch {
@@ -86,7 +82,7 @@ func (l *Lease) heartbeat(ctx context.Context) {
 			failures++
 			l.record(err)
 			return err
-		}, backoff.WithContext(b, ctx))
+		})
 	}
 }
 

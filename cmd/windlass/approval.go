@@ -102,7 +102,7 @@ func serveApproval(ctx context.Context, svc *approval.Service, ln net.Listener) 
 			return err
 		}
 	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
 	defer cancel()
 	return srv.Shutdown(sctx)
 }

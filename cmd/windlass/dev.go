@@ -216,7 +216,7 @@ Press Ctrl-C to stop.
 
 // selfCheck waits for the worker to be visible and runs add(1, 2).
 func selfCheck(ctx context.Context, d *dispatcher.Dispatcher) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, devReadyTimeout)
 	defer cancel()
 	for {
 		r, err := d.Call(ctx, "add", map[string]int{"a": 1, "b": 2})

@@ -13,6 +13,14 @@ import (
 )
 
 // healthFlag is --health-listen of the long-running services.
+// Bounds of the command's waits: a readiness probe's Redis ping, a server's
+// or the telemetry exporters' shutdown, and dev's self-check.
+const (
+	probeTimeout    = time.Second
+	shutdownTimeout = 5 * time.Second
+	devReadyTimeout = 15 * time.Second
+)
+
 func healthFlag(fs *flag.FlagSet) *string {
 	return stringFlag(fs, "health-listen", "", "address of the /healthz (process) and /readyz (NATS and Redis reachable) probes, e.g. :8081 (default: off)")
 }
@@ -32,7 +40,7 @@ func serveHealth(addr string, nc *nats.Conn, rc redis.UniversalClient, log *slog
 			http.Error(w, "nats: "+nc.Status().String(), http.StatusServiceUnavailable)
 			return
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+		ctx, cancel := context.WithTimeout(r.Context(), probeTimeout)
 		defer cancel()
 		if err := rc.Ping(ctx).Err(); err != nil {
 			http.Error(w, "redis: "+err.Error(), http.StatusServiceUnavailable)

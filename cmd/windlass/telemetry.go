@@ -32,7 +32,7 @@ func startTelemetry(ctx context.Context, service, metricsAddr string, log *slog.
 		log.Info("telemetry: exporting", "traces", tel.Traces, "metrics", tel.Metrics)
 	}
 	flush := func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 		defer cancel()
 		if err := tel.Shutdown(sctx); err != nil {
 			log.Warn("telemetry: flushing the exporters failed", "error", err)
@@ -68,7 +68,7 @@ func serveHTTP(addr, what string, h http.Handler, log *slog.Logger) (stop func()
 	}()
 	log.Info(what+": serving", "addr", ln.Addr().String())
 	return func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 		defer cancel()
 		_ = srv.Shutdown(ctx)
 		<-done

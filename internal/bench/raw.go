@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/windlass-dev/windlass/internal/retry"
 )
 
 // The baselines' names. They are the benchmark's own, outside the fleet's
@@ -148,7 +149,7 @@ func sleepOf(h nats.Header) time.Duration {
 }
 
 func (r *raw) deleteStream() {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), retry.WriteTimeout)
 	defer cancel()
 	_ = r.js.DeleteStream(ctx, rawStreamName(r.run))
 }

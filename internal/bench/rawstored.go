@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/windlass-dev/windlass/internal/retry"
 )
 
 // The third baseline's streams and subjects, apart from the first's so
@@ -100,7 +101,7 @@ func (r *rawStored) close() {
 		_ = r.answers.Unsubscribe()
 	}
 	r.handlers.Wait()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), retry.WriteTimeout)
 	defer cancel()
 	for _, s := range []string{storedCallStream(r.run), storedRecordStream(r.run), storedAnswerStream(r.run)} {
 		_ = r.js.DeleteStream(ctx, s)

@@ -18,6 +18,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/windlass-dev/windlass/internal/retry"
 )
 
 // Stream names.
@@ -359,24 +361,20 @@ func ReleasesConfig(o StreamOptions) jetstream.KeyValueConfig {
 // EnsureReleases returns the release ledger's bucket, creating it when it
 // is missing (like [EnsureStreams], it never changes an existing one).
 func EnsureReleases(ctx context.Context, js jetstream.JetStream, o StreamOptions) (jetstream.KeyValue, error) {
-	var err error
-	for attempt := 1; attempt <= ensureAttempts; attempt++ {
-		var kv jetstream.KeyValue
-		kv, err = js.KeyValue(ctx, ReleasesBucket)
+	kv, err := retry.Value(ctx, ensurePolicy, func(ctx context.Context) (jetstream.KeyValue, error) {
+		kv, err := js.KeyValue(ctx, ReleasesBucket)
 		if errors.Is(err, jetstream.ErrBucketNotFound) {
 			kv, err = js.CreateKeyValue(ctx, ReleasesConfig(o))
 			if errors.Is(err, jetstream.ErrBucketExists) || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 				kv, err = js.KeyValue(ctx, ReleasesBucket) // another process created it first
 			}
 		}
-		if err == nil {
-			return kv, nil
-		}
-		if !errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
-			break
-		}
+		return kv, onlyTimeoutsAgain(ctx, err)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("layout: ensure bucket %s: %w", ReleasesBucket, err)
 	}
-	return nil, fmt.Errorf("layout: ensure bucket %s: %w", ReleasesBucket, err)
+	return kv, nil
 }
 
 // EnsureStreams creates each stream that is missing. A stream that exists
@@ -385,15 +383,12 @@ func EnsureReleases(ctx context.Context, js jetstream.JetStream, o StreamOptions
 // deliberately, with the nats CLI or a deploy step. It is idempotent and safe
 // to run from every process that uses the streams. A request the server
 // does not answer in time (a slow disk creating a stream, a server still
-// starting) is made again, ensureAttempts times in all, while ctx lasts.
+// starting) is made again, three times in all (ensurePolicy), while ctx lasts.
 func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfgs ...jetstream.StreamConfig) error {
 	for _, cfg := range cfgs {
-		var err error
-		for attempt := 1; attempt <= ensureAttempts; attempt++ {
-			if err = ensureStream(ctx, js, cfg); !errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
-				break
-			}
-		}
+		err := retry.Do(ctx, ensurePolicy, func(ctx context.Context) error {
+			return onlyTimeoutsAgain(ctx, ensureStream(ctx, js, cfg))
+		})
 		if err != nil {
 			return fmt.Errorf("layout: ensure stream %s: %w", cfg.Name, err)
 		}
@@ -401,9 +396,18 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfgs ...jetstrea
 	return nil
 }
 
-// ensureAttempts bounds EnsureStreams' requests per stream; each waits the
+// ensurePolicy asks again at once, three requests in all, each waiting the
 // client's timeout (5 s when ctx has no deadline).
-const ensureAttempts = 3
+var ensurePolicy = retry.Policy{Attempts: 3}
+
+// onlyTimeoutsAgain marks err permanent unless it is a request the server
+// did not answer in time while ctx lasts.
+func onlyTimeoutsAgain(ctx context.Context, err error) error {
+	if err != nil && (!errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil) {
+		return retry.Permanent(err)
+	}
+	return err
+}
 
 func ensureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) error {
 	_, err := js.Stream(ctx, cfg.Name)

@@ -181,4 +181,3 @@ func permanent(err error) (error, bool) {
 	}
 	return nil, false
 }
-

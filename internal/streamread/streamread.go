@@ -14,24 +14,18 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-)
 
-// Timeout bounds one read of a stream. A request whose reply was lost (sent
-// as the server went down, or before its streams were back after a
-// restart) otherwise waits out the caller's whole context, which for a
-// call is its deadline: seen as a call refused after 90 s in the NATS
-// restart fault test.
-const Timeout = 2 * time.Second
+	"github.com/windlass-dev/windlass/internal/retry"
+)
 
 // First returns the first message on subject in stream s, or an error
 // wrapping jetstream.ErrMsgNotFound when the stream's leader says there is
 // none. nc is the connection s was opened on.
 func First(ctx context.Context, nc *nats.Conn, s jetstream.Stream, subject string) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(ctx, Timeout)
+	ctx, cancel := context.WithTimeout(ctx, retry.ReadTimeout)
 	defer cancel()
 	m, err := s.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subject))
 	if err == nil {

@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/windlass-dev/windlass"
+	"github.com/windlass-dev/windlass/internal/retry"
 )
 
 // Metric names. Durations are in seconds, as OpenTelemetry recommends.
@@ -239,7 +240,7 @@ func (m *ApprovalMetrics) ObserveHeld(count func(ctx context.Context) (int64, er
 	held := must(m.meter.Int64ObservableGauge(MetricApprovalsHeld, metric.WithUnit("{call}"),
 		metric.WithDescription("Gated calls held pending a decision.")))
 	reg, err := m.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
-		ctx, cancel := context.WithTimeout(ctx, time.Second)
+		ctx, cancel := context.WithTimeout(ctx, retry.ReadTimeout)
 		defer cancel()
 		n, err := count(ctx)
 		if err != nil {

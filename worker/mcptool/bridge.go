@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/windlass-dev/windlass"
+	"github.com/windlass-dev/windlass/internal/retry"
 	"github.com/windlass-dev/windlass/worker"
 )
 
@@ -178,8 +179,8 @@ func (b *Bridge) Run(ctx context.Context) error {
 	var current *generation
 	var retiring sync.WaitGroup // previous generations draining
 	defer retiring.Wait()
-	var retry <-chan time.Time
-	failures := 0
+	var again <-chan time.Time // a failed start, tried again after a wait
+	waits := retry.Policy{Initial: b.cfg.MinBackoff, Max: b.cfg.MaxBackoff}.Waits()
 	for {
 		select {
 		case <-ctx.Done():
@@ -188,14 +189,14 @@ func (b *Bridge) Run(ctx context.Context) error {
 			}
 			return nil
 		case <-b.updates:
-		case <-retry:
+		case <-again:
 		case <-current.exited():
 			// The worker stopped on its own (an error, such as a registry
 			// conflict): start another.
 			b.cfg.Logger.Warn("mcptool: the worker of the remote tools stopped; starting another", "worker", current.id, "error", current.err)
 			current = nil
 		}
-		retry = nil
+		again = nil
 		tools, hashes := b.desired()
 		if current != nil && maps.Equal(current.hashes, hashes) {
 			continue
@@ -205,13 +206,12 @@ func (b *Bridge) Run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				continue
 			}
-			failures++
-			wait := min(b.cfg.MinBackoff<<min(failures, 16), b.cfg.MaxBackoff)
+			wait := waits.Next()
 			b.cfg.Logger.Warn("mcptool: could not serve the remote tools; retrying", "error", err, "retry_in", wait)
-			retry = time.After(wait)
+			again = time.After(wait)
 			continue
 		}
-		failures = 0
+		waits.Reset()
 		if old := current; old != nil {
 			retiring.Go(old.stop)
 		}

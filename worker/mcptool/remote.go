@@ -11,11 +11,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/windlass-dev/windlass"
+	"github.com/windlass-dev/windlass/internal/retry"
 )
 
 // listTimeout bounds one tools/list.
@@ -50,25 +50,20 @@ func (r *remote) listed() ([]*mcp.Tool, bool) {
 // changes, and reconnect with backoff when the session is lost.
 func (r *remote) run(ctx context.Context) {
 	log := r.b.cfg.Logger.With("url", r.server.URL)
-	bo := backoff.NewExponentialBackOff()
-	bo.InitialInterval, bo.MaxInterval, bo.MaxElapsedTime = r.b.cfg.MinBackoff, r.b.cfg.MaxBackoff, 0
+	waits := retry.Policy{Initial: r.b.cfg.MinBackoff, Max: r.b.cfg.MaxBackoff}.Waits()
 	for attempt := 1; ctx.Err() == nil; attempt++ {
-		err := r.serve(ctx, bo, log)
+		err := r.serve(ctx, waits, log)
 		if ctx.Err() != nil {
 			return
 		}
-		wait := bo.NextBackOff()
-		log.Warn("mcptool: MCP server session lost; reconnecting", "error", err, "attempt", attempt, "retry_in", wait)
-		select {
-		case <-time.After(wait):
-		case <-ctx.Done():
-			return
-		}
+		wait := waits.Next()
+		log.WarnContext(ctx, "mcptool: MCP server session lost; reconnecting", "error", err, "attempt", attempt, "retry_in", wait)
+		retry.Sleep(ctx, wait)
 	}
 }
 
 // serve runs one session: it returns why the session ended.
-func (r *remote) serve(ctx context.Context, bo backoff.BackOff, log *slog.Logger) error {
+func (r *remote) serve(ctx context.Context, waits *retry.Waits, log *slog.Logger) error {
 	changed := make(chan struct{}, 1)
 	client := mcp.NewClient(&mcp.Implementation{Name: "windlass-worker", Version: "1"}, &mcp.ClientOptions{
 		Capabilities: &mcp.ClientCapabilities{},
@@ -95,7 +90,7 @@ func (r *remote) serve(ctx context.Context, bo backoff.BackOff, log *slog.Logger
 	if err := r.list(ctx, cs); err != nil {
 		return err
 	}
-	bo.Reset()
+	waits.Reset()
 	r.setSession(cs)
 	log.Info("mcptool: connected to the MCP server", "session", cs.ID())
 	for {
