@@ -3,6 +3,7 @@ package worker
 import (
 	"errors"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/windlass-dev/windlass"
@@ -37,6 +38,15 @@ const (
 	// without a valid release).
 	verbDrop
 )
+
+// String names the verb in logs.
+func (v verb) String() string {
+	names := [...]string{verbAck: "ack", verbTerm: "term", verbRetry: "retry", verbRequeue: "requeue", verbDrop: "drop"}
+	if int(v) < len(names) {
+		return names[v]
+	}
+	return "verb(" + strconv.Itoa(int(v)) + ")"
+}
 
 // counter names the one worker counter an outcome adds to, beyond those
 // apply counts from what it did (completed, failed, dead, duplicate
