@@ -17,6 +17,7 @@
 package export
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -89,63 +90,84 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 	if p := getenv("OTEL_EXPORTER_OTLP_PROTOCOL"); p != "" && p != "http/protobuf" && (traces == "otlp" || metrics == "otlp") {
 		return nil, fmt.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL=%s: only http/protobuf is supported", p)
 	}
-	name := cfg.ServiceName
-	if name == "" {
-		name = "windlass"
+	res := serviceResource(ctx, cfg.ServiceName)
+	if err := t.installTraces(ctx, traces, res); err != nil {
+		return nil, err
 	}
-	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(attribute.String("service.name", name)))
-	if err != nil {
-		return nil, fmt.Errorf("telemetry resource: %w", err)
+	if err := t.installMetrics(ctx, metrics == "otlp", cfg.Prometheus, res); err != nil {
+		return nil, errors.Join(err, t.Shutdown(ctx))
+	}
+	return t, nil
+}
+
+// serviceResource describes the process: service.name (default
+// "windlass"), then what OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME say.
+func serviceResource(ctx context.Context, name string) *resource.Resource {
+	res := resource.NewSchemaless(attribute.String("service.name", cmp.Or(name, "windlass")))
+	if merged, err := resource.Merge(resource.Default(), res); err == nil {
+		res = merged
 	}
 	if env, err := resource.New(ctx, resource.WithFromEnv()); err == nil {
 		if merged, err := resource.Merge(res, env); err == nil {
 			res = merged
 		}
 	}
+	return res
+}
 
-	switch traces {
-	case "otlp", "console":
-		var exp sdktrace.SpanExporter
-		if traces == "otlp" {
-			exp, err = otlptracehttp.New(ctx)
-		} else {
-			exp, err = stdouttrace.New(stdouttrace.WithWriter(os.Stderr))
-		}
-		if err != nil {
-			return nil, fmt.Errorf("trace exporter: %w", err)
-		}
-		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
-		otel.SetTracerProvider(tp)
-		otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
-		t.Traces = true
-		t.shutdown = append(t.shutdown, tp.Shutdown)
+// installTraces installs the global tracer provider exporting to kind
+// ("otlp", "console"; "" for none) and the W3C propagators.
+func (t *Telemetry) installTraces(ctx context.Context, kind string, res *resource.Resource) error {
+	var exp sdktrace.SpanExporter
+	var err error
+	switch kind {
+	case "otlp":
+		exp, err = otlptracehttp.New(ctx)
+	case "console":
+		exp, err = stdouttrace.New(stdouttrace.WithWriter(os.Stderr))
+	default:
+		return nil
 	}
+	if err != nil {
+		return fmt.Errorf("trace exporter: %w", err)
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
+	otel.SetTracerProvider(tp)
+	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
+	t.Traces = true
+	t.shutdown = append(t.shutdown, tp.Shutdown)
+	return nil
+}
 
+// installMetrics installs the global meter provider with an OTLP reader,
+// a Prometheus one (served by t.Handler), both or neither.
+func (t *Telemetry) installMetrics(ctx context.Context, otlp, prom bool, res *resource.Resource) error {
 	var readers []sdkmetric.Option
-	if metrics == "otlp" {
+	if otlp {
 		exp, err := otlpmetrichttp.New(ctx)
 		if err != nil {
-			return nil, errors.Join(fmt.Errorf("metric exporter: %w", err), t.Shutdown(ctx))
+			return fmt.Errorf("metric exporter: %w", err)
 		}
 		readers = append(readers, sdkmetric.WithReader(sdkmetric.NewPeriodicReader(exp)))
 	}
-	if cfg.Prometheus {
+	if prom {
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 		exp, err := otelprom.New(otelprom.WithRegisterer(reg))
 		if err != nil {
-			return nil, errors.Join(fmt.Errorf("prometheus exporter: %w", err), t.Shutdown(ctx))
+			return fmt.Errorf("prometheus exporter: %w", err)
 		}
 		readers = append(readers, sdkmetric.WithReader(exp))
 		t.Handler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 	}
-	if len(readers) > 0 {
-		mp := sdkmetric.NewMeterProvider(append(readers, sdkmetric.WithResource(res))...)
-		otel.SetMeterProvider(mp)
-		t.Metrics = true
-		t.shutdown = append(t.shutdown, mp.Shutdown)
+	if len(readers) == 0 {
+		return nil
 	}
-	return t, nil
+	mp := sdkmetric.NewMeterProvider(append(readers, sdkmetric.WithResource(res))...)
+	otel.SetMeterProvider(mp)
+	t.Metrics = true
+	t.shutdown = append(t.shutdown, mp.Shutdown)
+	return nil
 }
 
 // exporterKind reads OTEL_<SIGNAL>_EXPORTER: "otlp", "console" or ""
