@@ -133,125 +133,166 @@ func (d *Dispatcher) Watch(ctx context.Context, callID string) iter.Seq2[windlas
 		}
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-
-		// stored is one message of the call's events, decoded or not: its
-		// sequence tells how far the follower has come.
-		type stored struct {
-			e   windlass.Event
-			ok  bool
-			seq uint64
-		}
-		events := make(chan stored, 64)
-		cons, err := d.events.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-			FilterSubjects:    []string{layout.EventsOfCall(callID)},
-			InactiveThreshold: watchInactive,
-		})
+		w := &watch{d: d, callID: callID, events: make(chan storedEvent, 64), order: eventOrder{yield: yield}}
+		stopFollowing, err := w.follow(ctx)
 		if err != nil {
 			yield(windlass.Event{}, fmt.Errorf("dispatcher: watch %q: %w", callID, err))
 			return
 		}
-		// Runs after the consuming stopped (the defer below), so the name
-		// is the consumer's last: an ordered consumer recreates itself
-		// under a new name on a reset.
-		defer d.deleteWatchConsumer(ctx, callID, cons)
-		cc, err := cons.Consume(func(m jetstream.Msg) {
-			var s stored
-			if meta, err := m.Metadata(); err == nil {
-				s.seq = meta.Sequence.Stream
-			}
-			s.ok = json.Unmarshal(m.Data(), &s.e) == nil && s.e.CallID == callID
-			select {
-			case events <- s:
-			case <-ctx.Done():
-			}
-		}, jetstream.PullExpiry(watchPullExpiry))
-		if err != nil {
-			yield(windlass.Event{}, fmt.Errorf("dispatcher: watch %q: %w", callID, err))
-			return
-		}
-		defer func() { cc.Stop(); <-cc.Closed() }()
-
-		type outcome struct {
-			r   windlass.ToolResult
-			err error
-		}
-		finished := make(chan outcome, 1)
+		defer stopFollowing()
+		finished := make(chan waited, 1)
 		go func() {
 			r, err := d.Wait(ctx, callID)
-			finished <- outcome{r, err}
+			finished <- waited{r, err}
 		}()
 		defer func() { cancel(); <-finished }()
+		w.run(ctx, finished)
+	}
+}
 
-		o := eventOrder{yield: yield}
-		var seen uint64 // the stream sequence the follower has handed over
-		take := func(s stored) bool {
-			seen = max(seen, s.seq)
-			return !s.ok || o.emit(s.e)
+// storedEvent is one message of a call's events, decoded or not: its
+// sequence tells how far the follower has come.
+type storedEvent struct {
+	e   windlass.Event
+	ok  bool
+	seq uint64
+}
+
+// waited is what Wait returned for a watched call.
+type waited struct {
+	r   windlass.ToolResult
+	err error
+}
+
+// watch is one Watch sequence: the follower of the call's events and the
+// order it yields them in.
+type watch struct {
+	d      *Dispatcher
+	callID string
+	events chan storedEvent // from the follower
+	order  eventOrder
+	seen   uint64 // the stream sequence the follower has handed over
+}
+
+// follow starts an ordered consumer of the call's events feeding w.events;
+// stop ends it and deletes the consumer.
+func (w *watch) follow(ctx context.Context) (stop func(), err error) {
+	cons, err := w.d.events.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects:    []string{layout.EventsOfCall(w.callID)},
+		InactiveThreshold: watchInactive,
+	})
+	if err != nil {
+		return nil, err
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		var s storedEvent
+		if meta, err := m.Metadata(); err == nil {
+			s.seq = meta.Sequence.Stream
 		}
-		for {
-			select {
-			case s := <-events:
-				if !take(s) {
-					return
-				}
-			case <-o.hold:
-				if !o.flush() {
-					return
-				}
-			case res := <-finished:
-				finished <- res // for the deferred receive
-				if res.err != nil {
-					yield(windlass.Event{}, res.err)
-					return
-				}
-				// Hand over the events stored before the result first:
-				// the follower may not have delivered them yet (always
-				// so when the call finished before Watch began).
-				last := d.lastEventSeq(ctx, callID)
-				catchUp, stop := context.WithTimeout(ctx, watchCatchUp)
-				for seen < last && catchUp.Err() == nil {
-					select {
-					case s := <-events:
-						if !take(s) {
-							stop()
-							return
-						}
-					case <-catchUp.Done():
-					}
-				}
-				stop()
-				for drained := false; !drained; {
-					select {
-					case s := <-events:
-						if !take(s) {
-							return
-						}
-					default:
-						drained = true
-					}
-				}
-				if !o.queuedDone {
-					// Best effort: a queued event that cannot be read now
-					// is left out, not waited for.
-					if q, ok, _ := d.lastEvent(ctx, callID, windlass.EventQueued); ok && !o.emit(q) {
-						return
-					}
-				}
-				if !o.flush() {
-					return
-				}
-				r := res.r
-				if !r.StartedAt.IsZero() && o.started < r.Attempt {
-					// The attempt ended within the worker's startedDelay,
-					// before its started event was due: the result
-					// records the start.
-					if !o.emit(windlass.Event{CallID: callID, Kind: windlass.EventStarted, Tool: r.Name, Time: r.StartedAt, Attempt: r.Attempt, Worker: r.Worker}) {
-						return
-					}
-				}
-				yield(windlass.Event{CallID: callID, Kind: windlass.EventFinished, Tool: r.Name, Time: time.Now(), Attempt: r.Attempt, Worker: r.Worker, Result: &r}, nil)
+		s.ok = json.Unmarshal(m.Data(), &s.e) == nil && s.e.CallID == w.callID
+		select {
+		case w.events <- s:
+		case <-ctx.Done():
+		}
+	}, jetstream.PullExpiry(watchPullExpiry))
+	if err != nil {
+		w.d.deleteWatchConsumer(ctx, w.callID, cons)
+		return nil, err
+	}
+	return func() {
+		cc.Stop()
+		<-cc.Closed()
+		// After the consuming stopped, so the name is the consumer's
+		// last: an ordered consumer recreates itself under a new name on
+		// a reset.
+		w.d.deleteWatchConsumer(ctx, w.callID, cons)
+	}, nil
+}
+
+// take yields one stored event in order; false when the caller stopped.
+func (w *watch) take(s storedEvent) bool {
+	w.seen = max(w.seen, s.seq)
+	return !s.ok || w.order.emit(s.e)
+}
+
+// run yields the call's events until its result (or Wait's error) is in,
+// then ends the sequence (see end).
+func (w *watch) run(ctx context.Context, finished chan waited) {
+	for {
+		select {
+		case s := <-w.events:
+			if !w.take(s) {
 				return
 			}
+		case <-w.order.hold:
+			if !w.order.flush() {
+				return
+			}
+		case res := <-finished:
+			finished <- res // for the deferred receive
+			if res.err != nil {
+				w.order.yield(windlass.Event{}, res.err)
+				return
+			}
+			w.end(ctx, res.r)
+			return
+		}
+	}
+}
+
+// end yields, once the result is in, the events stored before it, the
+// queued event if it was not seen, a started event made from the result
+// when the attempt had none, and last the finished event.
+func (w *watch) end(ctx context.Context, r windlass.ToolResult) {
+	if !w.catchUp(ctx) {
+		return
+	}
+	o := &w.order
+	if !o.queuedDone {
+		// Best effort: a queued event that cannot be read now is left out,
+		// not waited for.
+		if q, ok, _ := w.d.lastEvent(ctx, w.callID, windlass.EventQueued); ok && !o.emit(q) {
+			return
+		}
+	}
+	if !o.flush() {
+		return
+	}
+	if !r.StartedAt.IsZero() && o.started < r.Attempt {
+		// The attempt ended within the worker's startedDelay, before its
+		// started event was due: the result records the start.
+		if !o.emit(windlass.Event{CallID: w.callID, Kind: windlass.EventStarted, Tool: r.Name, Time: r.StartedAt, Attempt: r.Attempt, Worker: r.Worker}) {
+			return
+		}
+	}
+	o.yield(windlass.Event{CallID: w.callID, Kind: windlass.EventFinished, Tool: r.Name, Time: time.Now(), Attempt: r.Attempt, Worker: r.Worker, Result: &r}, nil)
+}
+
+// catchUp hands over the events stored before the result: the follower
+// may not have delivered them yet (always so when the call finished before
+// Watch began). It waits for them at most watchCatchUp, then takes what
+// has arrived; false when the caller stopped.
+func (w *watch) catchUp(ctx context.Context) bool {
+	last := w.d.lastEventSeq(ctx, w.callID)
+	waitCtx, stop := context.WithTimeout(ctx, watchCatchUp)
+	defer stop()
+	for w.seen < last && waitCtx.Err() == nil {
+		select {
+		case s := <-w.events:
+			if !w.take(s) {
+				return false
+			}
+		case <-waitCtx.Done():
+		}
+	}
+	for {
+		select {
+		case s := <-w.events:
+			if !w.take(s) {
+				return false
+			}
+		default:
+			return true
 		}
 	}
 }
