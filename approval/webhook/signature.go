@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -75,29 +76,12 @@ func Verify(secrets []Secret, header http.Header, body []byte, tolerance time.Du
 	id := header.Get(HeaderID)
 	timestamp := header.Get(HeaderTimestamp)
 	signatures := strings.Join(header.Values(HeaderSignature), " ")
-	var missing []string
-	for _, h := range []struct{ name, value string }{
-		{HeaderID, id}, {HeaderTimestamp, timestamp}, {HeaderSignature, signatures},
-	} {
-		if strings.TrimSpace(h.value) == "" {
-			missing = append(missing, h.name)
-		}
+	if err := allPresent(HeaderID, id, HeaderTimestamp, timestamp, HeaderSignature, signatures); err != nil {
+		return err
 	}
-	if len(missing) > 0 {
-		return fmt.Errorf("%w: %s", ErrMissingHeaders, strings.Join(missing, ", "))
+	if err := checkTimestamp(timestamp, tolerance); err != nil {
+		return err
 	}
-
-	unix, err := strconv.ParseInt(timestamp, 10, 64)
-	if err != nil {
-		return fmt.Errorf("%w: %s %q is not integer unix seconds", ErrTimestamp, HeaderTimestamp, timestamp)
-	}
-	if tolerance <= 0 {
-		tolerance = DefaultTolerance
-	}
-	if age := time.Since(time.Unix(unix, 0)); age > tolerance || age < -tolerance {
-		return fmt.Errorf("%w: %s %d is %s from now, beyond the tolerance of %s", ErrTimestamp, HeaderTimestamp, unix, age.Abs().Round(time.Second), tolerance)
-	}
-
 	var want [][]byte
 	for _, s := range secrets {
 		if !s.IsZero() {
@@ -108,19 +92,51 @@ func Verify(secrets []Secret, header http.Header, body []byte, tolerance time.Du
 		return fmt.Errorf("%w: no secret to verify with", ErrBadSignature)
 	}
 	for _, field := range strings.Fields(signatures) {
-		version, encoded, ok := strings.Cut(field, ",")
-		if !ok || version != signatureVersion {
-			continue
-		}
-		got, err := base64.StdEncoding.DecodeString(encoded)
-		if err != nil {
-			continue
-		}
-		for _, w := range want {
-			if hmac.Equal(got, w) {
-				return nil
-			}
+		if got, ok := signatureOf(field); ok && slices.ContainsFunc(want, func(w []byte) bool { return hmac.Equal(got, w) }) {
+			return nil
 		}
 	}
 	return fmt.Errorf("%w: none of the %s signatures matches a known secret", ErrBadSignature, signatureVersion)
+}
+
+// allPresent names every header, of the name and value pairs, that is
+// missing or blank.
+func allPresent(pairs ...string) error {
+	var missing []string
+	for i := 0; i+1 < len(pairs); i += 2 {
+		if strings.TrimSpace(pairs[i+1]) == "" {
+			missing = append(missing, pairs[i])
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%w: %s", ErrMissingHeaders, strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+// checkTimestamp accepts integer unix seconds within tolerance of the
+// local clock (DefaultTolerance when tolerance is not positive).
+func checkTimestamp(timestamp string, tolerance time.Duration) error {
+	unix, err := strconv.ParseInt(timestamp, 10, 64)
+	if err != nil {
+		return fmt.Errorf("%w: %s %q is not integer unix seconds", ErrTimestamp, HeaderTimestamp, timestamp)
+	}
+	if tolerance <= 0 {
+		tolerance = DefaultTolerance
+	}
+	if age := time.Since(time.Unix(unix, 0)); age > tolerance || age < -tolerance {
+		return fmt.Errorf("%w: %s %d is %s from now, beyond the tolerance of %s", ErrTimestamp, HeaderTimestamp, unix, age.Abs().Round(time.Second), tolerance)
+	}
+	return nil
+}
+
+// signatureOf decodes one "v1,<base64>" field; false for another version
+// or a field that does not decode.
+func signatureOf(field string) ([]byte, bool) {
+	version, encoded, ok := strings.Cut(field, ",")
+	if !ok || version != signatureVersion {
+		return nil, false
+	}
+	got, err := base64.StdEncoding.DecodeString(encoded)
+	return got, err == nil
 }
