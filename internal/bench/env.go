@@ -78,80 +78,113 @@ func Start(ctx context.Context, opts Options) (e *Env, err error) {
 			e = nil
 		}
 	}()
+	for _, step := range []func() error{
+		func() error { return e.startServers(opts) },
+		func() error { return e.startWorker(ctx, opts, log) },
+		func() error { return e.startDispatcher(ctx, opts, log) },
+		func() error { return e.startRaw(ctx) },
+		func() error { return e.waitLive(ctx, 30*time.Second) },
+	} {
+		if err := step(); err != nil {
+			return nil, err
+		}
+	}
+	return e, nil
+}
+
+// startServers starts an embedded NATS and Redis for the URLs not given.
+func (e *Env) startServers(opts Options) error {
+	var err error
 	if e.natsURL == "" {
 		if e.natsSrv, err = testserver.NewNATS(testserver.NATSOptions{SyncAlways: opts.SyncAlways}); err != nil {
-			return nil, fmt.Errorf("bench: embedded NATS: %w", err)
+			return fmt.Errorf("bench: embedded NATS: %w", err)
 		}
 		e.natsURL = e.natsSrv.URL()
 	}
 	if e.redisURL == "" {
 		if e.redisSrv, err = testserver.NewRedis(); err != nil {
-			return nil, fmt.Errorf("bench: embedded Redis: %w", err)
+			return fmt.Errorf("bench: embedded Redis: %w", err)
 		}
 		e.redisURL = e.redisSrv.URL()
 	}
-	conn := func(name string) (*nats.Conn, error) {
-		nc, err := nats.Connect(e.natsURL, nats.Name("windlass bench "+name), nats.MaxReconnects(-1))
-		if err != nil {
-			return nil, fmt.Errorf("bench: connect to NATS at %s: %w", e.natsURL, err)
-		}
-		e.conns = append(e.conns, nc)
-		return nc, nil
-	}
-	reg := func() (*registry.Registry, error) {
-		ro, err := redis.ParseURL(e.redisURL)
-		if err != nil {
-			return nil, fmt.Errorf("bench: Redis URL %q: %w", e.redisURL, err)
-		}
-		rc := redis.NewClient(ro)
-		e.clients = append(e.clients, rc)
-		return registry.New(registry.Config{Client: rc, Prefix: cmp.Or(opts.RedisPrefix, registry.DefaultPrefix), Logger: log})
-	}
+	return nil
+}
 
-	if !opts.ExternalWorker {
-		wc, err := conn("worker")
-		if err != nil {
-			return nil, err
-		}
-		wr, err := reg()
-		if err != nil {
-			return nil, err
-		}
-		wctx, stop := context.WithCancel(context.WithoutCancel(ctx))
-		e.stopWorker, e.workerDone = stop, make(chan error, 1)
-		go func() {
-			e.workerDone <- ServeWorker(wctx, WorkerConfig{Conn: wc, Registry: wr, Concurrency: opts.Concurrency, Logger: log})
-		}()
-	}
-	dc, err := conn("dispatcher")
+// conn opens a NATS connection, closed by Close.
+func (e *Env) conn(name string) (*nats.Conn, error) {
+	nc, err := nats.Connect(e.natsURL, nats.Name("windlass bench "+name), nats.MaxReconnects(-1))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("bench: connect to NATS at %s: %w", e.natsURL, err)
 	}
-	dr, err := reg()
+	e.conns = append(e.conns, nc)
+	return nc, nil
+}
+
+// registry opens a registry on its own Redis client, closed by Close.
+func (e *Env) registry(opts Options, log *slog.Logger) (*registry.Registry, error) {
+	ro, err := redis.ParseURL(e.redisURL)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("bench: Redis URL %q: %w", e.redisURL, err)
+	}
+	rc := redis.NewClient(ro)
+	e.clients = append(e.clients, rc)
+	return registry.New(registry.Config{Client: rc, Prefix: cmp.Or(opts.RedisPrefix, registry.DefaultPrefix), Logger: log})
+}
+
+// startWorker serves the bench tools in this process, unless the options
+// say a worker runs elsewhere.
+func (e *Env) startWorker(ctx context.Context, opts Options, log *slog.Logger) error {
+	if opts.ExternalWorker {
+		return nil
+	}
+	wc, err := e.conn("worker")
+	if err != nil {
+		return err
+	}
+	wr, err := e.registry(opts, log)
+	if err != nil {
+		return err
+	}
+	wctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	e.stopWorker, e.workerDone = stop, make(chan error, 1)
+	go func() {
+		e.workerDone <- ServeWorker(wctx, WorkerConfig{Conn: wc, Registry: wr, Concurrency: opts.Concurrency, Logger: log})
+	}()
+	return nil
+}
+
+// startDispatcher opens the dispatcher the fleet is measured through.
+func (e *Env) startDispatcher(ctx context.Context, opts Options, log *slog.Logger) error {
+	dc, err := e.conn("dispatcher")
+	if err != nil {
+		return err
+	}
+	dr, err := e.registry(opts, log)
+	if err != nil {
+		return err
 	}
 	if e.d, err = dispatcher.New(ctx, dispatcher.Config{Conn: dc, Registry: dr, Logger: log}); err != nil {
-		return nil, fmt.Errorf("bench: %w", err)
+		return fmt.Errorf("bench: %w", err)
 	}
-	callerConn, err := conn("raw caller")
+	return nil
+}
+
+// startRaw starts the raw JetStream baselines: the plain round trip and
+// the one that stores what the fleet stores.
+func (e *Env) startRaw(ctx context.Context) error {
+	callerConn, err := e.conn("raw caller")
 	if err != nil {
-		return nil, err
+		return err
 	}
-	serverConn, err := conn("raw responder")
+	serverConn, err := e.conn("raw responder")
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if e.raw, err = startRaw(ctx, e.run, callerConn, serverConn); err != nil {
-		return nil, err
+		return err
 	}
-	if e.rawStored, err = startRawStored(ctx, e.run, callerConn, serverConn); err != nil {
-		return nil, err
-	}
-	if err := e.waitLive(ctx, 30*time.Second); err != nil {
-		return nil, err
-	}
-	return e, nil
+	e.rawStored, err = startRawStored(ctx, e.run, callerConn, serverConn)
+	return err
 }
 
 // waitLive waits until the dispatcher's view has both bench tools live.
