@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -102,36 +104,58 @@ type Service struct {
 	metrics *telemetry.ApprovalMetrics // nil: metrics off
 }
 
+// withDefaults returns c with every zero field set to its default: the one
+// place the service's defaults are decided (a tool's policy takes its zero
+// fields from DefaultWindow and 1 approval as it is read, in policy).
+func (c Config) withDefaults() Config {
+	c.DefaultWindow = cmp.Or(c.DefaultWindow, DefaultWindow)
+	c.QueueAllowance = cmp.Or(c.QueueAllowance, DefaultQueueAllowance)
+	c.Prefix = cmp.Or(c.Prefix, DefaultPrefix)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// validate checks c after defaults; an error names the one field that is
+// wrong. The reviewers are checked as New reads them (newAuthenticator).
+func (c Config) validate() error {
+	switch {
+	case c.Conn == nil:
+		return errors.New("approval: Config.Conn is nil")
+	case c.Redis == nil:
+		return errors.New("approval: Config.Redis is nil")
+	case c.Registry == nil:
+		return errors.New("approval: Config.Registry is nil")
+	case c.Signer == nil:
+		return errors.New("approval: Config.Signer is nil: a release key is required (windlass approval keygen)")
+	case c.DefaultWindow < 0:
+		return fmt.Errorf("approval: Config.DefaultWindow must not be negative, got %s", c.DefaultWindow)
+	case c.QueueAllowance < 0:
+		return fmt.Errorf("approval: Config.QueueAllowance must not be negative, got %s", c.QueueAllowance)
+	case c.Replicas < 0:
+		return fmt.Errorf("approval: Config.Replicas must not be negative, got %d", c.Replicas)
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.Policies)) {
+		switch p := c.Policies[name]; {
+		case p.Window < 0:
+			return fmt.Errorf("approval: Config.Policies[%q].Window must not be negative, got %s", name, p.Window)
+		case p.RequiredApprovals < 0:
+			return fmt.Errorf("approval: Config.Policies[%q].RequiredApprovals must not be negative, got %d", name, p.RequiredApprovals)
+		}
+	}
+	return nil
+}
+
 // New returns a service configured by cfg.
 func New(cfg Config) (*Service, error) {
-	switch {
-	case cfg.Conn == nil:
-		return nil, errors.New("approval: Config.Conn is nil")
-	case cfg.Redis == nil:
-		return nil, errors.New("approval: Config.Redis is nil")
-	case cfg.Registry == nil:
-		return nil, errors.New("approval: Config.Registry is nil")
-	case cfg.Signer == nil:
-		return nil, errors.New("approval: Config.Signer is nil: a release key is required (windlass approval keygen)")
-	case cfg.DefaultWindow < 0 || cfg.QueueAllowance < 0:
-		return nil, errors.New("approval: Config.DefaultWindow and Config.QueueAllowance must not be negative")
-	case cfg.Replicas < 0:
-		return nil, fmt.Errorf("approval: Config.Replicas must not be negative, got %d", cfg.Replicas)
-	}
-	for name, p := range cfg.Policies {
-		if p.Window < 0 || p.RequiredApprovals < 0 {
-			return nil, fmt.Errorf("approval: Config.Policies[%q]: window and required approvals must not be negative", name)
-		}
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
 	auth, err := newAuthenticator(cfg.Reviewers)
 	if err != nil {
 		return nil, err
-	}
-	cfg.DefaultWindow = cmp.Or(cfg.DefaultWindow, DefaultWindow)
-	cfg.QueueAllowance = cmp.Or(cfg.QueueAllowance, DefaultQueueAllowance)
-	cfg.Prefix = cmp.Or(cfg.Prefix, DefaultPrefix)
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	js, err := jetstream.New(cfg.Conn)
 	if err != nil {

@@ -17,6 +17,7 @@
 package export
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -50,6 +51,17 @@ type Config struct {
 	Getenv func(string) string
 }
 
+// withDefaults returns c with every zero field set to its default: the one
+// place Setup's defaults are decided. No field can be wrong, so Config has
+// no validate.
+func (c Config) withDefaults() Config {
+	c.ServiceName = cmp.Or(c.ServiceName, "windlass")
+	if c.Getenv == nil {
+		c.Getenv = os.Getenv
+	}
+	return c
+}
+
 // Telemetry is what Setup installed.
 type Telemetry struct {
 	// Traces reports that a tracer provider was installed globally.
@@ -67,10 +79,8 @@ type Telemetry struct {
 // (and cfg) ask for, and the W3C trace context propagator with them. Call
 // Shutdown on the result to flush and stop the exporters.
 func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
+	cfg = cfg.withDefaults()
 	getenv := cfg.Getenv
-	if getenv == nil {
-		getenv = os.Getenv
-	}
 	t := &Telemetry{}
 	if strings.EqualFold(getenv("OTEL_SDK_DISABLED"), "true") {
 		return t, nil
@@ -89,11 +99,7 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 	if p := getenv("OTEL_EXPORTER_OTLP_PROTOCOL"); p != "" && p != "http/protobuf" && (traces == "otlp" || metrics == "otlp") {
 		return nil, fmt.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL=%s: only http/protobuf is supported", p)
 	}
-	name := cfg.ServiceName
-	if name == "" {
-		name = "windlass"
-	}
-	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(attribute.String("service.name", name)))
+	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(attribute.String("service.name", cfg.ServiceName)))
 	if err != nil {
 		return nil, fmt.Errorf("telemetry resource: %w", err)
 	}
