@@ -256,6 +256,7 @@ func (c *running) finish(result windlass.ToolResult) {
 	if log.Enabled(ctx, slog.LevelDebug) {
 		log.DebugContext(ctx, "worker: call ran", "outcome", telemetry.OutcomeOf(result), "duration_ms", result.DurationMS)
 	}
+	logPanic(ctx, log, result)
 	result.Worker = w.cfg.ID
 	result.Attempt = call.Attempt
 	if result.Code() != windlass.CodeInvalidArguments {
