@@ -227,7 +227,7 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	defer stopCancels()
 	if err := s.resumeReleases(ctx); err != nil {
-		s.cfg.Logger.Warn("approval: resuming interrupted releases failed; will retry", "error", err)
+		s.cfg.Logger.WarnContext(ctx, "approval: resuming interrupted releases failed; will retry", "error", err)
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -288,7 +288,7 @@ func (s *Service) intake(ctx context.Context, msg jetstream.Msg) {
 		err = fmt.Errorf("the call names tool %q but arrived on %s", call.Name, msg.Subject())
 	}
 	if err != nil {
-		log.Warn("approval: malformed gated call; terminating it", "subject", msg.Subject(), "error", err)
+		log.WarnContext(ctx, "approval: malformed gated call; terminating it", "subject", msg.Subject(), "error", err)
 		if windlass.ValidateCallID(call.ID) == nil {
 			s.answer(ctx, &HeldCall{ID: call.ID, Tool: call.Name, call: &call, origin: msg.Headers().Get(layout.HeaderOrigin)},
 				windlass.CodeInvalidCall, fmt.Sprintf("The call message is malformed: %v", err))
@@ -320,17 +320,17 @@ func (s *Service) intake(ctx context.Context, msg jetstream.Msg) {
 		h.Requester = strings.ReplaceAll(h.Requester, ",", "_")
 	}
 	if _, err := s.store.hold(ctx, h); err != nil {
-		log.Error("approval: could not persist the call; leaving it for redelivery", "call_id", call.ID, "error", err)
+		log.ErrorContext(ctx, "approval: could not persist the call; leaving it for redelivery", "call_id", call.ID, "error", err)
 		return // not acked: redelivered after the ack wait
 	}
 	// Canceled before it got here (it waited in the stream while the
 	// service was down): the follower found nothing held to cancel then.
 	canceled := s.cancelIfRecorded(ctx, call.ID)
 	if err := msg.DoubleAck(ctx); err != nil {
-		log.Warn("approval: ack failed; the call will be redelivered and found held", "call_id", call.ID, "error", err)
+		log.WarnContext(ctx, "approval: ack failed; the call will be redelivered and found held", "call_id", call.ID, "error", err)
 	}
 	if !canceled {
-		log.Info("approval: call held", "call_id", call.ID, "tool", call.Name, "expires_at", expires)
+		log.InfoContext(ctx, "approval: call held", "call_id", call.ID, "tool", call.Name, "expires_at", expires)
 	}
 }
 
@@ -348,13 +348,13 @@ func (s *Service) expiryLoop(ctx context.Context) {
 		}
 		ids, err := s.store.expireDue(ctx, time.Now())
 		if err != nil && ctx.Err() == nil {
-			s.cfg.Logger.Warn("approval: expiry pass failed", "error", err)
+			s.cfg.Logger.WarnContext(ctx, "approval: expiry pass failed", "error", err)
 		}
 		s.answerExpired(ctx, ids)
 		if time.Since(lastResume) > 5*time.Second {
 			lastResume = time.Now()
 			if err := s.resumeReleases(ctx); err != nil && ctx.Err() == nil {
-				s.cfg.Logger.Warn("approval: resuming releases failed; retrying later", "error", err)
+				s.cfg.Logger.WarnContext(ctx, "approval: resuming releases failed; retrying later", "error", err)
 			}
 		}
 	}
@@ -395,7 +395,7 @@ func (s *Service) answer(ctx context.Context, h *HeldCall, code windlass.ErrorCo
 		return err
 	}, b)
 	if err != nil {
-		s.cfg.Logger.Error("approval: could not answer the caller", "call_id", h.ID, "code", code, "error", err)
+		s.cfg.Logger.ErrorContext(ctx, "approval: could not answer the caller", "call_id", h.ID, "code", code, "error", err)
 	}
 }
 
@@ -456,7 +456,7 @@ func (s *Service) release(ctx context.Context, h *HeldCall) error {
 		// this service checked (both keep room for the release); for one
 		// that came another way, answer the caller rather than retry a
 		// publish that can never succeed.
-		s.cfg.Logger.Error("approval: the approved call is too large to release; answering its caller", "call_id", h.ID, "size", size, "limit", limit)
+		s.cfg.Logger.ErrorContext(ctx, "approval: the approved call is too large to release; answering its caller", "call_id", h.ID, "size", size, "limit", limit)
 		s.answer(ctx, h, windlass.CodePayloadTooLarge, fmt.Sprintf("The call to %q was approved, but with its release it is %d bytes, over the NATS server's max payload of %d bytes, so it cannot be sent to the tool; it was not run.", h.Tool, size, limit))
 		return s.store.markReleased(ctx, h.ID)
 	}
@@ -483,7 +483,7 @@ func (s *Service) resumeReleases(ctx context.Context) error {
 					failed = errors.Join(failed, err)
 					continue
 				}
-				s.cfg.Logger.Info("approval: finished an interrupted release", "call_id", h.ID)
+				s.cfg.Logger.InfoContext(ctx, "approval: finished an interrupted release", "call_id", h.ID)
 			}
 		}
 		if len(page) < 100 {

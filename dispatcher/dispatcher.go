@@ -305,7 +305,7 @@ func (d *Dispatcher) sweep() {
 			}
 		}
 	}
-	d.cfg.Logger.Info("dispatcher: reconnected; looked up the results of waiting calls", "found", found, "unanswered_lookups", len(retry))
+	d.cfg.Logger.InfoContext(ctx, "dispatcher: reconnected; looked up the results of waiting calls", "found", found, "unanswered_lookups", len(retry))
 }
 
 // sweepTimeout bounds one sweep.

@@ -261,7 +261,7 @@ func (h *Handler) guard(next http.HandlerFunc) http.HandlerFunc {
 				writeError(w, CodeUnauthorized, "a valid API key is required: Authorization: Bearer <key>")
 				return
 			}
-			h.cfg.Logger.Debug("httpapi: request", "api_key", name, "method", r.Method, "path", r.URL.Path)
+			h.cfg.Logger.DebugContext(r.Context(), "httpapi: request", "api_key", name, "method", r.Method, "path", r.URL.Path)
 			r = r.WithContext(context.WithValue(r.Context(), apiKeyName{}, name))
 		}
 		if r.Body != nil {
