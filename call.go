@@ -84,6 +84,18 @@ func (r ToolResult) Code() ErrorCode {
 	return r.Error.Code
 }
 
+// Panic returns the panic the call's tool ended in, with its stack, for the
+// caller to log: set on a panic result in the process that recovered it
+// ([Invoke], [InvokeAsync], [ResultFromError] of a *[PanicError]); nil on
+// any other result, and on every result decoded from JSON (a stack does not
+// travel).
+func (r ToolResult) Panic() *PanicError {
+	if r.Error == nil {
+		return nil
+	}
+	return r.Error.recovered
+}
+
 // ErrorResult builds a failed result for call with the given code and message.
 func ErrorResult(call ToolCall, code ErrorCode, message string) ToolResult {
 	return ToolResult{

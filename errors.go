@@ -66,6 +66,8 @@ type CallError struct {
 	// RetryAfterMS is the delay before another attempt that the tool asked
 	// for with [RetryAfter], in milliseconds.
 	RetryAfterMS int64 `json:"retry_after_ms,omitempty"`
+
+	recovered *PanicError // a panic's value and stack, where it was recovered: see ToolResult.Panic
 }
 
 // Error implements error as "code: message".
@@ -121,7 +123,8 @@ func (e *ArgumentError) Error() string {
 }
 
 // PanicError is the error [Invoke] builds from a recovered panic. Stack is
-// for logs; the model only sees the value.
+// for logs; the model only sees the value. The result of the call carries
+// it ([ToolResult.Panic]) for its caller to log: the package logs nothing.
 type PanicError struct {
 	// Value is what the tool panicked with.
 	Value any

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"reflect"
 	"runtime/debug"
 	"strings"
@@ -167,7 +166,9 @@ func (inv *invocation) finish(r ToolResult) ToolResult {
 // model sees: a *[PanicError] is a panic, an *[ArgumentError]
 // invalid_arguments, a *[CallError] keeps its code and message, anything
 // else is a tool_error rendered as "TypeName: message". [Invoke] uses it;
-// so does the fleet, so an error reads the same wherever it was found.
+// so does the fleet, so an error reads the same wherever it was found. It
+// logs nothing: a panic's value and stack are in the result's
+// [ToolResult.Panic], for the caller to log with its own logger.
 func ResultFromError(call ToolCall, err error) ToolResult {
 	tool := call.Name
 	var (
@@ -177,8 +178,9 @@ func ResultFromError(call ToolCall, err error) ToolResult {
 	)
 	switch {
 	case errors.As(err, &pe):
-		slog.Error("windlass: tool panicked", "tool", tool, "call_id", call.ID, "panic", fmt.Sprint(pe.Value), "stack", string(pe.Stack))
-		return ErrorResult(call, CodePanic, fmt.Sprintf("Tool %q panicked: %v", tool, pe.Value))
+		r := ErrorResult(call, CodePanic, fmt.Sprintf("Tool %q panicked: %v", tool, pe.Value))
+		r.Error.recovered = pe
+		return r
 	case errors.Is(err, ErrCallCanceled):
 		return ErrorResult(call, CodeCanceled, canceledText(tool, err))
 	case errors.As(err, &ae):

@@ -9,7 +9,7 @@ import (
 // Style names a model provider's format for tool definitions.
 type Style string
 
-// The schema styles [Spec.Schema] renders.
+// The schema styles [Spec.Schema] renders; [Styles] lists them.
 const (
 	// StyleOpenAI is OpenAI's function tool format, also used by Groq and
 	// Ollama: {"type":"function","function":{name,description,parameters}}.
@@ -21,19 +21,68 @@ const (
 	StyleGemini Style = "gemini"
 )
 
-// Styles lists every style [Spec.Schema] accepts.
-var Styles = []Style{StyleOpenAI, StyleAnthropic, StyleGemini}
+// DefaultStyle is the style an empty name means to [ParseStyle].
+const DefaultStyle = StyleOpenAI
 
-// ParseStyle returns the style named s, or an error wrapping
-// [ErrUnknownStyle] that names the valid ones. The empty string is openai.
-func ParseStyle(s string) (Style, error) {
-	switch st := Style(strings.ToLower(strings.TrimSpace(s))); st {
-	case "":
-		return StyleOpenAI, nil
-	case StyleOpenAI, StyleAnthropic, StyleGemini:
-		return st, nil
+// styleTable is the one list of the schema styles. [Styles], [ParseStyle],
+// [Spec.Schema] and [StyleChoices] (the valid styles as the errors, the HTTP
+// API and the windlass command name them) derive from it, so a new style is
+// a constant and an entry here; a test holds the HTTP API's OpenAPI
+// document (a static file) to the list.
+var styleTable = []struct {
+	style  Style
+	render func(Spec) (map[string]any, error) // of a spec with defaults
+}{
+	{StyleOpenAI, openAIDefinition},
+	{StyleAnthropic, anthropicDefinition},
+	{StyleGemini, geminiDefinition},
+}
+
+// Styles lists every style [Spec.Schema] accepts.
+var Styles = func() []Style {
+	out := make([]Style, len(styleTable))
+	for i, e := range styleTable {
+		out[i] = e.style
 	}
-	return "", fmt.Errorf("%w %q: use openai, anthropic or gemini", ErrUnknownStyle, s)
+	return out
+}()
+
+// StyleChoices names the valid styles for a person: "openai, anthropic or
+// gemini".
+func StyleChoices() string {
+	var b strings.Builder
+	for i, e := range styleTable {
+		switch {
+		case i == 0:
+		case i == len(styleTable)-1:
+			b.WriteString(" or ")
+		default:
+			b.WriteString(", ")
+		}
+		b.WriteString(string(e.style))
+	}
+	return b.String()
+}
+
+// ParseStyle returns the style named s (in any case), or an error wrapping
+// [ErrUnknownStyle] that names the valid ones. The empty string is
+// [DefaultStyle].
+func ParseStyle(s string) (Style, error) {
+	st := Style(strings.ToLower(strings.TrimSpace(s)))
+	if st == "" {
+		return DefaultStyle, nil
+	}
+	for _, e := range styleTable {
+		if e.style == st {
+			return st, nil
+		}
+	}
+	return "", unknownStyle(s)
+}
+
+// unknownStyle is the error for a style name not in styleTable.
+func unknownStyle(name string) error {
+	return fmt.Errorf("%w %q: use %s", ErrUnknownStyle, name, StyleChoices())
 }
 
 // Schema returns the tool definition in a provider's format, ready to drop
@@ -43,34 +92,45 @@ func ParseStyle(s string) (Style, error) {
 // with a digit or '-') is an error. An unknown style is an error wrapping
 // [ErrUnknownStyle] that names the valid styles.
 func (s Spec) Schema(style Style) (map[string]any, error) {
-	s = s.WithDefaults()
-	switch style {
-	case StyleOpenAI:
-		return map[string]any{
-			"type": "function",
-			"function": map[string]any{
-				"name":        s.Name,
-				"description": s.Description,
-				"parameters":  normalizeJSON(s.Parameters),
-			},
-		}, nil
-	case StyleAnthropic:
-		return map[string]any{
-			"name":         s.Name,
-			"description":  s.Description,
-			"input_schema": normalizeJSON(s.Parameters),
-		}, nil
-	case StyleGemini:
-		if err := validateGeminiName(s.Name); err != nil {
-			return nil, err
+	for _, e := range styleTable {
+		if e.style == style {
+			return e.render(s.WithDefaults())
 		}
-		return map[string]any{
+	}
+	return nil, unknownStyle(string(style))
+}
+
+// openAIDefinition renders s in [StyleOpenAI].
+func openAIDefinition(s Spec) (map[string]any, error) {
+	return map[string]any{
+		"type": "function",
+		"function": map[string]any{
 			"name":        s.Name,
 			"description": s.Description,
-			"parameters":  geminiSchema(normalizeJSON(s.Parameters)),
-		}, nil
+			"parameters":  normalizeJSON(s.Parameters),
+		},
+	}, nil
+}
+
+// anthropicDefinition renders s in [StyleAnthropic].
+func anthropicDefinition(s Spec) (map[string]any, error) {
+	return map[string]any{
+		"name":         s.Name,
+		"description":  s.Description,
+		"input_schema": normalizeJSON(s.Parameters),
+	}, nil
+}
+
+// geminiDefinition renders s in [StyleGemini].
+func geminiDefinition(s Spec) (map[string]any, error) {
+	if err := validateGeminiName(s.Name); err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("%w %q: use openai, anthropic or gemini", ErrUnknownStyle, string(style))
+	return map[string]any{
+		"name":        s.Name,
+		"description": s.Description,
+		"parameters":  geminiSchema(normalizeJSON(s.Parameters)),
+	}, nil
 }
 
 // validateGeminiName applies Gemini's rule for a FunctionDeclaration name

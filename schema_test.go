@@ -3,6 +3,7 @@ package windlass_test
 import (
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -143,5 +144,47 @@ func TestUnknownStyle(t *testing.T) {
 	}
 	if _, err := windlass.ParseStyle("xml"); !errors.Is(err, windlass.ErrUnknownStyle) {
 		t.Errorf("ParseStyle(xml) = %v", err)
+	}
+}
+
+// TestStylesFromOneTable checks that the styles' list, their parsing, their
+// rendering and the text naming them agree: every style in Styles parses
+// as itself (in any case) and renders, the choices name each of them once,
+// and an unknown style's error quotes the choices.
+func TestStylesFromOneTable(t *testing.T) {
+	t.Parallel()
+	if !slices.Contains(windlass.Styles, windlass.DefaultStyle) {
+		t.Errorf("DefaultStyle %q is not in Styles %v", windlass.DefaultStyle, windlass.Styles)
+	}
+	if st, err := windlass.ParseStyle(" "); st != windlass.DefaultStyle || err != nil {
+		t.Errorf("ParseStyle(blank) = %q, %v; want DefaultStyle", st, err)
+	}
+	choices := windlass.StyleChoices()
+	last := windlass.Styles[len(windlass.Styles)-1]
+	if !strings.HasSuffix(choices, " or "+string(last)) || strings.Count(choices, " or ") != 1 {
+		t.Errorf("StyleChoices() = %q, want the styles listed as \"a, b or c\"", choices)
+	}
+	for _, style := range windlass.Styles {
+		for _, name := range []string{string(style), strings.ToUpper(string(style))} {
+			if st, err := windlass.ParseStyle(name); st != style || err != nil {
+				t.Errorf("ParseStyle(%q) = %q, %v; want %q", name, st, err, style)
+			}
+		}
+		if _, err := (windlass.Spec{Name: "ping"}).Schema(style); err != nil {
+			t.Errorf("Schema(%q) = %v", style, err)
+		}
+		if n := strings.Count(choices, string(style)); n != 1 {
+			t.Errorf("StyleChoices() %q names %q %d times, want once", choices, style, n)
+		}
+	}
+	for _, name := range []string{"claude", "xml"} {
+		_, err := windlass.ParseStyle(name)
+		want := `windlass: unknown schema style "` + name + `": use ` + choices
+		if !errors.Is(err, windlass.ErrUnknownStyle) || err.Error() != want {
+			t.Errorf("ParseStyle(%q) = %v, want %q", name, err, want)
+		}
+		if _, err := (windlass.Spec{Name: "ping"}).Schema(windlass.Style(name)); err == nil || err.Error() != want {
+			t.Errorf("Schema(%q) = %v, want %q", name, err, want)
+		}
 	}
 }

@@ -38,12 +38,12 @@ func (s *Service) followCancels(ctx context.Context) (stop func(), err error) {
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		rec, err := decodeCancellation(m.Subject(), m.Data())
 		if err != nil {
-			s.cfg.Logger.Warn("approval: unreadable cancellation ignored", "subject", m.Subject(), "error", err)
+			s.cfg.Logger.WarnContext(ctx, "approval: unreadable cancellation ignored", "subject", m.Subject(), "error", err)
 			return
 		}
 		s.applyCancel(ctx, rec)
 	}, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-		s.cfg.Logger.Debug("approval: following cancellations", "error", err)
+		s.cfg.Logger.DebugContext(ctx, "approval: following cancellations", "error", err)
 	}))
 	if err != nil {
 		return nil, fmt.Errorf("approval: follow cancellations: %w", err)
@@ -78,13 +78,13 @@ func (s *Service) applyCancel(ctx context.Context, rec windlass.Cancellation) bo
 		return s.store.cancel(ctx, rec.CallID, rec.Reason, time.Now())
 	})
 	if err != nil {
-		s.cfg.Logger.Error("approval: could not apply a cancellation", "call_id", rec.CallID, "error", err)
+		s.cfg.Logger.ErrorContext(ctx, "approval: could not apply a cancellation", "call_id", rec.CallID, "error", err)
 		return false
 	}
 	if !changed {
 		return false
 	}
-	s.cfg.Logger.Info("approval: held call canceled by its caller", "call_id", rec.CallID, "reason", rec.Reason)
+	s.cfg.Logger.InfoContext(ctx, "approval: held call canceled by its caller", "call_id", rec.CallID, "reason", rec.Reason)
 	if h, err := s.store.get(ctx, rec.CallID); err == nil {
 		s.ended(ctx, h, StatusCanceled)
 		call, _ := h.toolCall() // undecodable: its id and tool still answer it
@@ -104,7 +104,7 @@ func (s *Service) applyCancel(ctx context.Context, rec windlass.Cancellation) bo
 func (s *Service) cancelIfRecorded(ctx context.Context, id string) bool {
 	stream, err := s.cancelsStream(ctx)
 	if err != nil {
-		s.cfg.Logger.Warn("approval: cannot check the call for a cancellation", "call_id", id, "error", err)
+		s.cfg.Logger.WarnContext(ctx, "approval: cannot check the call for a cancellation", "call_id", id, "error", err)
 		return false
 	}
 	m, err := stream.GetLastMsgForSubject(ctx, layout.CancelSubject(id))
@@ -112,7 +112,7 @@ func (s *Service) cancelIfRecorded(ctx context.Context, id string) bool {
 		return false
 	}
 	if err != nil {
-		s.cfg.Logger.Warn("approval: cannot check the call for a cancellation", "call_id", id, "error", err)
+		s.cfg.Logger.WarnContext(ctx, "approval: cannot check the call for a cancellation", "call_id", id, "error", err)
 		return false
 	}
 	rec, err := decodeCancellation(m.Subject, m.Data)

@@ -263,7 +263,7 @@ func (s *Service) decide(ctx context.Context, id string, d decision) (*HeldCall,
 		if err := s.release(ctx, h); err != nil {
 			// Approved and recorded: Run's next start, or the next
 			// decision attempt's 409, finds it unreleased and resumes.
-			s.cfg.Logger.Error("approval: release failed; it will be retried", "call_id", id, "error", err)
+			s.cfg.Logger.ErrorContext(ctx, "approval: release failed; it will be retried", "call_id", id, "error", err)
 			return h, err
 		}
 		h.Released = true

@@ -19,7 +19,7 @@ const notifyGroup = "notify"
 func (s *Service) notifyLoop(ctx context.Context) {
 	rc, key := s.cfg.Redis, s.store.auditKey()
 	if err := rc.XGroupCreateMkStream(ctx, key, notifyGroup, "0").Err(); err != nil && !isBusyGroup(err) {
-		s.cfg.Logger.Error("approval: cannot create the notification group", "error", err)
+		s.cfg.Logger.ErrorContext(ctx, "approval: cannot create the notification group", "error", err)
 	}
 	waits := retry.Policy{Initial: 100 * time.Millisecond, Max: 5 * time.Second}.Waits()
 	for ctx.Err() == nil {
@@ -31,7 +31,7 @@ func (s *Service) notifyLoop(ctx context.Context) {
 		}
 		if err != nil {
 			if ctx.Err() == nil && !errors.Is(err, redis.Nil) {
-				s.cfg.Logger.Warn("approval: reading events failed", "error", err)
+				s.cfg.Logger.WarnContext(ctx, "approval: reading events failed", "error", err)
 				retry.Sleep(ctx, waits.Next())
 			}
 			continue
@@ -40,7 +40,7 @@ func (s *Service) notifyLoop(ctx context.Context) {
 			ev := auditEvent(m)
 			h, _ := s.store.get(ctx, ev.CallID)
 			if err := s.cfg.Notify(ctx, ev, h); err != nil {
-				s.cfg.Logger.Warn("approval: notification failed; retrying", "event", ev.Event, "call_id", ev.CallID, "error", err)
+				s.cfg.Logger.WarnContext(ctx, "approval: notification failed; retrying", "event", ev.Event, "call_id", ev.CallID, "error", err)
 				retry.Sleep(ctx, waits.Next())
 				break // keep the order: retry this event first
 			}

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -102,36 +104,58 @@ type Service struct {
 	metrics *telemetry.ApprovalMetrics // nil: metrics off
 }
 
+// withDefaults returns c with every zero field set to its default: the one
+// place the service's defaults are decided (a tool's policy takes its zero
+// fields from DefaultWindow and 1 approval as it is read, in policy).
+func (c Config) withDefaults() Config {
+	c.DefaultWindow = cmp.Or(c.DefaultWindow, DefaultWindow)
+	c.QueueAllowance = cmp.Or(c.QueueAllowance, DefaultQueueAllowance)
+	c.Prefix = cmp.Or(c.Prefix, DefaultPrefix)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// validate checks c after defaults; an error names the one field that is
+// wrong. The reviewers are checked as New reads them (newAuthenticator).
+func (c Config) validate() error {
+	switch {
+	case c.Conn == nil:
+		return errors.New("approval: Config.Conn is nil")
+	case c.Redis == nil:
+		return errors.New("approval: Config.Redis is nil")
+	case c.Registry == nil:
+		return errors.New("approval: Config.Registry is nil")
+	case c.Signer == nil:
+		return errors.New("approval: Config.Signer is nil: a release key is required (windlass approval keygen)")
+	case c.DefaultWindow < 0:
+		return fmt.Errorf("approval: Config.DefaultWindow must not be negative, got %s", c.DefaultWindow)
+	case c.QueueAllowance < 0:
+		return fmt.Errorf("approval: Config.QueueAllowance must not be negative, got %s", c.QueueAllowance)
+	case c.Replicas < 0:
+		return fmt.Errorf("approval: Config.Replicas must not be negative, got %d", c.Replicas)
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.Policies)) {
+		switch p := c.Policies[name]; {
+		case p.Window < 0:
+			return fmt.Errorf("approval: Config.Policies[%q].Window must not be negative, got %s", name, p.Window)
+		case p.RequiredApprovals < 0:
+			return fmt.Errorf("approval: Config.Policies[%q].RequiredApprovals must not be negative, got %d", name, p.RequiredApprovals)
+		}
+	}
+	return nil
+}
+
 // New returns a service configured by cfg.
 func New(cfg Config) (*Service, error) {
-	switch {
-	case cfg.Conn == nil:
-		return nil, errors.New("approval: Config.Conn is nil")
-	case cfg.Redis == nil:
-		return nil, errors.New("approval: Config.Redis is nil")
-	case cfg.Registry == nil:
-		return nil, errors.New("approval: Config.Registry is nil")
-	case cfg.Signer == nil:
-		return nil, errors.New("approval: Config.Signer is nil: a release key is required (windlass approval keygen)")
-	case cfg.DefaultWindow < 0 || cfg.QueueAllowance < 0:
-		return nil, errors.New("approval: Config.DefaultWindow and Config.QueueAllowance must not be negative")
-	case cfg.Replicas < 0:
-		return nil, fmt.Errorf("approval: Config.Replicas must not be negative, got %d", cfg.Replicas)
-	}
-	for name, p := range cfg.Policies {
-		if p.Window < 0 || p.RequiredApprovals < 0 {
-			return nil, fmt.Errorf("approval: Config.Policies[%q]: window and required approvals must not be negative", name)
-		}
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
 	auth, err := newAuthenticator(cfg.Reviewers)
 	if err != nil {
 		return nil, err
-	}
-	cfg.DefaultWindow = cmp.Or(cfg.DefaultWindow, DefaultWindow)
-	cfg.QueueAllowance = cmp.Or(cfg.QueueAllowance, DefaultQueueAllowance)
-	cfg.Prefix = cmp.Or(cfg.Prefix, DefaultPrefix)
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	js, err := jetstream.New(cfg.Conn)
 	if err != nil {
@@ -203,7 +227,7 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	defer stopCancels()
 	if err := s.resumeReleases(ctx); err != nil {
-		s.cfg.Logger.Warn("approval: resuming interrupted releases failed; will retry", "error", err)
+		s.cfg.Logger.WarnContext(ctx, "approval: resuming interrupted releases failed; will retry", "error", err)
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -264,7 +288,7 @@ func (s *Service) intake(ctx context.Context, msg jetstream.Msg) {
 		err = fmt.Errorf("the call names tool %q but arrived on %s", call.Name, msg.Subject())
 	}
 	if err != nil {
-		log.Warn("approval: malformed gated call; terminating it", "subject", msg.Subject(), "error", err)
+		log.WarnContext(ctx, "approval: malformed gated call; terminating it", "subject", msg.Subject(), "error", err)
 		if windlass.ValidateCallID(call.ID) == nil {
 			s.answer(ctx, &HeldCall{ID: call.ID, Tool: call.Name, call: &call, origin: msg.Headers().Get(layout.HeaderOrigin)},
 				windlass.CodeInvalidCall, fmt.Sprintf("The call message is malformed: %v", err))
@@ -296,17 +320,17 @@ func (s *Service) intake(ctx context.Context, msg jetstream.Msg) {
 		h.Requester = strings.ReplaceAll(h.Requester, ",", "_")
 	}
 	if _, err := s.store.hold(ctx, h); err != nil {
-		log.Error("approval: could not persist the call; leaving it for redelivery", "call_id", call.ID, "error", err)
+		log.ErrorContext(ctx, "approval: could not persist the call; leaving it for redelivery", "call_id", call.ID, "error", err)
 		return // not acked: redelivered after the ack wait
 	}
 	// Canceled before it got here (it waited in the stream while the
 	// service was down): the follower found nothing held to cancel then.
 	canceled := s.cancelIfRecorded(ctx, call.ID)
 	if err := msg.DoubleAck(ctx); err != nil {
-		log.Warn("approval: ack failed; the call will be redelivered and found held", "call_id", call.ID, "error", err)
+		log.WarnContext(ctx, "approval: ack failed; the call will be redelivered and found held", "call_id", call.ID, "error", err)
 	}
 	if !canceled {
-		log.Info("approval: call held", "call_id", call.ID, "tool", call.Name, "expires_at", expires)
+		log.InfoContext(ctx, "approval: call held", "call_id", call.ID, "tool", call.Name, "expires_at", expires)
 	}
 }
 
@@ -324,13 +348,13 @@ func (s *Service) expiryLoop(ctx context.Context) {
 		}
 		ids, err := s.store.expireDue(ctx, time.Now())
 		if err != nil && ctx.Err() == nil {
-			s.cfg.Logger.Warn("approval: expiry pass failed", "error", err)
+			s.cfg.Logger.WarnContext(ctx, "approval: expiry pass failed", "error", err)
 		}
 		s.answerExpired(ctx, ids)
 		if time.Since(lastResume) > 5*time.Second {
 			lastResume = time.Now()
 			if err := s.resumeReleases(ctx); err != nil && ctx.Err() == nil {
-				s.cfg.Logger.Warn("approval: resuming releases failed; retrying later", "error", err)
+				s.cfg.Logger.WarnContext(ctx, "approval: resuming releases failed; retrying later", "error", err)
 			}
 		}
 	}
@@ -369,7 +393,7 @@ func (s *Service) answer(ctx context.Context, h *HeldCall, code windlass.ErrorCo
 		return err
 	})
 	if err != nil {
-		s.cfg.Logger.Error("approval: could not answer the caller", "call_id", h.ID, "code", code, "error", err)
+		s.cfg.Logger.ErrorContext(ctx, "approval: could not answer the caller", "call_id", h.ID, "code", code, "error", err)
 	}
 }
 
@@ -430,7 +454,7 @@ func (s *Service) release(ctx context.Context, h *HeldCall) error {
 		// this service checked (both keep room for the release); for one
 		// that came another way, answer the caller rather than retry a
 		// publish that can never succeed.
-		s.cfg.Logger.Error("approval: the approved call is too large to release; answering its caller", "call_id", h.ID, "size", size, "limit", limit)
+		s.cfg.Logger.ErrorContext(ctx, "approval: the approved call is too large to release; answering its caller", "call_id", h.ID, "size", size, "limit", limit)
 		s.answer(ctx, h, windlass.CodePayloadTooLarge, fmt.Sprintf("The call to %q was approved, but with its release it is %d bytes, over the NATS server's max payload of %d bytes, so it cannot be sent to the tool; it was not run.", h.Tool, size, limit))
 		return s.store.markReleased(ctx, h.ID)
 	}
@@ -457,7 +481,7 @@ func (s *Service) resumeReleases(ctx context.Context) error {
 					failed = errors.Join(failed, err)
 					continue
 				}
-				s.cfg.Logger.Info("approval: finished an interrupted release", "call_id", h.ID)
+				s.cfg.Logger.InfoContext(ctx, "approval: finished an interrupted release", "call_id", h.ID)
 			}
 		}
 		if len(page) < 100 {

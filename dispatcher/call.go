@@ -235,7 +235,7 @@ func (d *Dispatcher) publish(ctx context.Context, p *prepared) (duplicate bool, 
 			// duplicate window, that the look-up before the publish
 			// missed (the stream unreadable then). This call is accepted
 			// and will run: say so, and keep the other's record.
-			d.cfg.Logger.Warn("dispatcher: accepted a call whose id an older call with other arguments used; its queued record stays the older call's", "call_id", p.call.ID)
+			d.cfg.Logger.WarnContext(ctx, "dispatcher: accepted a call whose id an older call with other arguments used; its queued record stays the older call's", "call_id", p.call.ID)
 		}
 		return false, nil
 	case retried:
@@ -503,7 +503,7 @@ func (d *Dispatcher) Wait(ctx context.Context, callID string) (windlass.ToolResu
 			case !errors.Is(err, ErrNoResult) && ctx.Err() == nil:
 				// A transient failure (a stream leader election, a
 				// reconnect): keep waiting until ctx says stop.
-				d.cfg.Logger.Debug("dispatcher: wait: fetching the result failed; retrying", "call_id", callID, "error", err)
+				d.cfg.Logger.DebugContext(ctx, "dispatcher: wait: fetching the result failed; retrying", "call_id", callID, "error", err)
 			}
 			poll.Reset(interval)
 		case <-ctx.Done():

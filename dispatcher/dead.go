@@ -56,7 +56,7 @@ func readRecords[T any](ctx context.Context, s jetstream.Stream, filter string, 
 		seq = m.Sequence + 1
 		var rec T
 		if err := json.Unmarshal(m.Data, &rec); err != nil {
-			log.Warn("dispatcher: unreadable record skipped", "subject", m.Subject, "seq", m.Sequence, "error", err)
+			log.WarnContext(ctx, "dispatcher: unreadable record skipped", "subject", m.Subject, "seq", m.Sequence, "error", err)
 			continue
 		}
 		if set != nil {

@@ -105,25 +105,45 @@ type Dispatcher struct {
 	sweeperDone chan struct{}
 }
 
+// withDefaults returns c with every zero field set to its default: the one
+// place the dispatcher's defaults are decided.
+func (c Config) withDefaults() Config {
+	c.ID = cmp.Or(c.ID, "d"+strings.ToLower(rand.Text()[:12]))
+	c.QueueAllowance = cmp.Or(c.QueueAllowance, DefaultQueueAllowance)
+	c.MaxWait = cmp.Or(c.MaxWait, DefaultMaxWait)
+	c.ApprovalWait = cmp.Or(c.ApprovalWait, DefaultApprovalWait)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// validate checks c after defaults; an error names the one field that is
+// wrong.
+func (c Config) validate() error {
+	switch {
+	case c.Conn == nil:
+		return errors.New("dispatcher: Config.Conn is nil: pass a *nats.Conn")
+	case c.Registry == nil:
+		return errors.New("dispatcher: Config.Registry is nil: pass a *registry.Registry")
+	case c.QueueAllowance < 0:
+		return fmt.Errorf("dispatcher: Config.QueueAllowance must not be negative, got %s", c.QueueAllowance)
+	case c.MaxWait < 0:
+		return fmt.Errorf("dispatcher: Config.MaxWait must not be negative, got %s", c.MaxWait)
+	case c.ApprovalWait < 0:
+		return fmt.Errorf("dispatcher: Config.ApprovalWait must not be negative, got %s", c.ApprovalWait)
+	case windlass.ValidateName(c.ID) != nil:
+		return fmt.Errorf("dispatcher: Config.ID %q must match %s (it is a subject token)", c.ID, windlass.NamePattern)
+	}
+	return nil
+}
+
 // New connects a dispatcher: it ensures the calls, results and approvals
 // streams, reads the registry into memory and subscribes to its results.
 func New(ctx context.Context, cfg Config) (*Dispatcher, error) {
-	switch {
-	case cfg.Conn == nil:
-		return nil, errors.New("dispatcher: Config.Conn is nil: pass a *nats.Conn")
-	case cfg.Registry == nil:
-		return nil, errors.New("dispatcher: Config.Registry is nil: pass a *registry.Registry")
-	case cfg.QueueAllowance < 0 || cfg.MaxWait < 0 || cfg.ApprovalWait < 0:
-		return nil, errors.New("dispatcher: Config.QueueAllowance, Config.MaxWait and Config.ApprovalWait must not be negative")
-	case cfg.ID != "" && windlass.ValidateName(cfg.ID) != nil:
-		return nil, fmt.Errorf("dispatcher: Config.ID %q must match %s (it is a subject token)", cfg.ID, windlass.NamePattern)
-	}
-	cfg.ID = cmp.Or(cfg.ID, "d"+strings.ToLower(rand.Text()[:12]))
-	cfg.QueueAllowance = cmp.Or(cfg.QueueAllowance, DefaultQueueAllowance)
-	cfg.MaxWait = cmp.Or(cfg.MaxWait, DefaultMaxWait)
-	cfg.ApprovalWait = cmp.Or(cfg.ApprovalWait, DefaultApprovalWait)
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
 	js, err := jetstream.New(cfg.Conn)
 	if err != nil {
@@ -282,7 +302,7 @@ func (d *Dispatcher) sweep() {
 			}
 		}
 	}
-	d.cfg.Logger.Info("dispatcher: reconnected; looked up the results of waiting calls", "found", found, "unanswered_lookups", len(again))
+	d.cfg.Logger.InfoContext(ctx, "dispatcher: reconnected; looked up the results of waiting calls", "found", found, "unanswered_lookups", len(again))
 }
 
 // sweepTimeout bounds one sweep.

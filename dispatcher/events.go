@@ -49,7 +49,7 @@ func (d *Dispatcher) publishQueued(ctx context.Context, p *prepared, at time.Tim
 		return windlass.Event{}, false
 	}
 	if err != nil {
-		d.cfg.Logger.Warn("dispatcher: could not record the call as queued; Cancel, Status and Watch may not find it", "call_id", call.ID, "error", err)
+		d.cfg.Logger.WarnContext(ctx, "dispatcher: could not record the call as queued; Cancel, Status and Watch may not find it", "call_id", call.ID, "error", err)
 	}
 	return windlass.Event{}, false
 }
@@ -326,7 +326,7 @@ func (d *Dispatcher) deleteWatchConsumer(ctx context.Context, callID string, con
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), retry.ReadTimeout)
 	defer cancel()
 	if err := d.events.DeleteConsumer(ctx, info.Name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		d.cfg.Logger.Debug("dispatcher: watch: could not delete the consumer; the server drops it once inactive", "call_id", callID, "consumer", info.Name, "error", err)
+		d.cfg.Logger.DebugContext(ctx, "dispatcher: watch: could not delete the consumer; the server drops it once inactive", "call_id", callID, "consumer", info.Name, "error", err)
 	}
 }
 

@@ -54,23 +54,42 @@ type Registry struct {
 	cfg Config
 }
 
+// withDefaults returns c with every zero field set to its default: the one
+// place the registry's defaults are decided.
+func (c Config) withDefaults() Config {
+	c.Prefix = cmp.Or(c.Prefix, DefaultPrefix)
+	c.TTL = cmp.Or(c.TTL, DefaultTTL)
+	c.HeartbeatInterval = cmp.Or(c.HeartbeatInterval, c.TTL/3)
+	c.ResyncInterval = cmp.Or(c.ResyncInterval, time.Second)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// validate checks c after defaults; an error names the one field that is
+// wrong.
+func (c Config) validate() error {
+	switch {
+	case c.Client == nil:
+		return errors.New("registry: Config.Client is nil: pass a go-redis client")
+	case c.TTL < 0:
+		return fmt.Errorf("registry: Config.TTL must not be negative, got %s", c.TTL)
+	case c.HeartbeatInterval < 0:
+		return fmt.Errorf("registry: Config.HeartbeatInterval must not be negative, got %s", c.HeartbeatInterval)
+	case c.ResyncInterval < 0:
+		return fmt.Errorf("registry: Config.ResyncInterval must not be negative, got %s", c.ResyncInterval)
+	case c.HeartbeatInterval >= c.TTL:
+		return fmt.Errorf("registry: Config.HeartbeatInterval (%s) must be shorter than Config.TTL (%s)", c.HeartbeatInterval, c.TTL)
+	}
+	return nil
+}
+
 // New returns a registry over cfg.Client.
 func New(cfg Config) (*Registry, error) {
-	if cfg.Client == nil {
-		return nil, errors.New("registry: Config.Client is nil: pass a go-redis client")
-	}
-	if cfg.TTL < 0 || cfg.HeartbeatInterval < 0 || cfg.ResyncInterval < 0 {
-		return nil, errors.New("registry: Config.TTL, Config.HeartbeatInterval and Config.ResyncInterval must not be negative")
-	}
-	cfg.Prefix = cmp.Or(cfg.Prefix, DefaultPrefix)
-	cfg.TTL = cmp.Or(cfg.TTL, DefaultTTL)
-	cfg.HeartbeatInterval = cmp.Or(cfg.HeartbeatInterval, cfg.TTL/3)
-	cfg.ResyncInterval = cmp.Or(cfg.ResyncInterval, time.Second)
-	if cfg.HeartbeatInterval >= cfg.TTL {
-		return nil, fmt.Errorf("registry: Config.HeartbeatInterval (%s) must be shorter than Config.TTL (%s)", cfg.HeartbeatInterval, cfg.TTL)
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
 	return &Registry{cfg: cfg}, nil
 }

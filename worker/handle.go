@@ -125,6 +125,7 @@ func (c *running) finish(result windlass.ToolResult) {
 	if d.log.Enabled(d.ctx, slog.LevelDebug) {
 		d.log.DebugContext(d.ctx, "worker: call ran", "outcome", telemetry.OutcomeOf(result), "duration_ms", result.DurationMS)
 	}
+	logPanic(d.ctx, d.log, result)
 	result.Worker = w.cfg.ID
 	result.Attempt = d.call.Attempt
 	if result.Code() != windlass.CodeInvalidArguments {

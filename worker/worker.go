@@ -94,6 +94,8 @@ type Config struct {
 	MeterProvider metric.MeterProvider
 }
 
+// withDefaults returns c with every zero field set to its default: the one
+// place the worker's defaults are decided.
 func (c Config) withDefaults() Config {
 	if c.ID == "" {
 		host, _ := os.Hostname()
@@ -110,17 +112,19 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// validate checks c after defaults; an error names the one field that is
+// wrong.
 func (c Config) validate() error {
 	switch {
 	case c.JetStream == nil:
 		return errors.New("worker: Config.JetStream is nil: pass jetstream.New(nc)")
 	case c.MaxConcurrency < 0:
 		return fmt.Errorf("worker: Config.MaxConcurrency must not be negative, got %d", c.MaxConcurrency)
-	case c.AckWait < 0 || (c.AckWait > 0 && c.AckWait < 300*time.Millisecond):
+	case c.AckWait < 300*time.Millisecond:
 		return fmt.Errorf("worker: Config.AckWait must be at least 300ms (in-progress acks go every AckWait/3), got %s", c.AckWait)
 	case c.MaxDeliver < 0:
 		return fmt.Errorf("worker: Config.MaxDeliver must not be negative, got %d", c.MaxDeliver)
-	case c.Heartbeat < 0 || c.Heartbeat > 0 && (c.Heartbeat < 10*time.Millisecond || c.Heartbeat > cmp.Or(c.AckWait, DefaultAckWait)/3):
+	case c.Heartbeat < 10*time.Millisecond || c.Heartbeat > c.AckWait/3:
 		return fmt.Errorf("worker: Config.Heartbeat must be from 10ms to AckWait/3, got %s", c.Heartbeat)
 	case c.ShutdownGrace < 0:
 		return fmt.Errorf("worker: Config.ShutdownGrace must not be negative, got %s", c.ShutdownGrace)
@@ -195,10 +199,10 @@ type Worker struct {
 
 // New returns a worker configured by cfg.
 func New(cfg Config) (*Worker, error) {
+	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	cfg = cfg.withDefaults()
 	releases := cfg.Releases
 	if releases == nil {
 		releases = release.NewVerifier() // fail closed

@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
@@ -57,12 +58,18 @@ func main() {
 			code = ee.code
 		}
 		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "windlass:", err)
+			fmt.Fprintln(os.Stderr, errorLine(err))
 		} else {
 			code = 0
 		}
 		os.Exit(code)
 	}
+}
+
+// errorLine is the line main prints for err: its text after one "windlass:"
+// prefix, which the root package's errors already carry.
+func errorLine(err error) string {
+	return "windlass: " + strings.TrimPrefix(err.Error(), "windlass: ")
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"errors"
+	"flag"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -45,6 +47,7 @@ func TestBadInputExitsTwo(t *testing.T) {
 		{"DispatcherRawAPIKey", []string{"dispatcher", "--api-keys", "wlk_notahash"}, "sha256"},
 		{"DispatcherMissingKeyFile", []string{"dispatcher", "--api-key-file", "/nonexistent/keys"}, "--api-key-file"},
 		{"DispatcherAPIKeyTwoNames", []string{"dispatcher", "apikey", "a", "b"}, "usage"},
+		{"ToolsUnknownStyle", []string{"tools", "--style", "claude"}, `unknown schema style "claude": use ` + windlass.StyleChoices()},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -61,6 +64,42 @@ func TestBadInputExitsTwo(t *testing.T) {
 				t.Errorf("stdout = %q, want nothing", stdout.String())
 			}
 		})
+	}
+}
+
+// TestToolsStyles checks the tools command's --style against the styles
+// of the root package: its help names each and the default, and an unknown
+// style is reported on a line with one "windlass:" prefix (it had two: the
+// command's and the root package error's own).
+func TestToolsStyles(t *testing.T) {
+	t.Setenv("WINDLASS_NATS_URL", "nats://127.0.0.1:1")
+	t.Setenv("WINDLASS_STYLE", "")
+	var stdout, stderr bytes.Buffer
+	if err := run(t.Context(), []string{"tools", "--help"}, &stdout, &stderr); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("tools --help = %v, want flag.ErrHelp", err)
+	}
+	help := stderr.String()
+	for _, style := range windlass.Styles {
+		if !strings.Contains(help, string(style)) {
+			t.Errorf("tools --help does not name style %q:\n%s", style, help)
+		}
+	}
+	if want := fmt.Sprintf("(default %q)", windlass.DefaultStyle); !strings.Contains(help, want) {
+		t.Errorf("tools --help does not give the default %s:\n%s", want, help)
+	}
+	for _, style := range []string{"claude", "xml"} {
+		err := run(t.Context(), []string{"tools", "--style", style}, &stdout, &stderr)
+		var ee *exitError
+		if !errors.As(err, &ee) || ee.code != 2 {
+			t.Fatalf("tools --style %s = %v, want an exit code 2 error", style, err)
+		}
+		want := fmt.Sprintf("windlass: unknown schema style %q: use %s", style, windlass.StyleChoices())
+		if got := errorLine(err); got != want {
+			t.Errorf("tools --style %s prints %q, want %q", style, got, want)
+		}
+	}
+	if got, want := errorLine(errors.New("dispatcher: closed")), "windlass: dispatcher: closed"; got != want {
+		t.Errorf("errorLine = %q, want %q", got, want)
 	}
 }
 

@@ -12,7 +12,7 @@ import (
 func runTools(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("tools", "tools [flags]", stderr)
 	c := commonFlags(fs)
-	styleName := stringFlag(fs, "style", "openai", "schema style: openai, anthropic or gemini")
+	styleName := stringFlag(fs, "style", string(windlass.DefaultStyle), "schema style: "+windlass.StyleChoices())
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err

@@ -123,7 +123,7 @@ func (h *Handler) answerPending(w http.ResponseWriter, r *http.Request, id strin
 	if st, err := h.cfg.Dispatcher.Status(r.Context(), id); err == nil && st.State != dispatcher.StateUnknown {
 		c = callFromStatus(st)
 	} else if err != nil {
-		h.cfg.Logger.Warn("httpapi: status of a submitted call", "call_id", id, "error", err)
+		h.cfg.Logger.WarnContext(r.Context(), "httpapi: status of a submitted call", "call_id", id, "error", err)
 	}
 	if c.State == dispatcher.StateFinished {
 		writeJSON(w, http.StatusOK, c)
@@ -144,7 +144,7 @@ func (h *Handler) refused(w http.ResponseWriter, r *http.Request, tool string, e
 	if r.Context().Err() != nil {
 		return // the client went away
 	}
-	h.cfg.Logger.Warn("httpapi: submit failed", "tool", tool, "error", err)
+	h.cfg.Logger.WarnContext(r.Context(), "httpapi: submit failed", "tool", tool, "error", err)
 	writeError(w, windlass.CodeUnavailable, fmt.Sprintf("The fleet could not accept the call: %v", err))
 }
 
@@ -268,7 +268,7 @@ func (h *Handler) cancelCall(w http.ResponseWriter, r *http.Request) {
 		h.unavailable(w, r, id, err)
 		return
 	}
-	h.cfg.Logger.Info("httpapi: call canceled", "call_id", id, "reason", reason)
+	h.cfg.Logger.InfoContext(r.Context(), "httpapi: call canceled", "call_id", id, "reason", reason)
 	st, err := h.cfg.Dispatcher.Status(r.Context(), id)
 	if err != nil || st.State == dispatcher.StateUnknown {
 		st = dispatcher.CallStatus{ID: id, State: dispatcher.StateFinished}
@@ -281,6 +281,6 @@ func (h *Handler) unavailable(w http.ResponseWriter, r *http.Request, id string,
 	if r.Context().Err() != nil {
 		return
 	}
-	h.cfg.Logger.Warn("httpapi: fleet request failed", "call_id", id, "error", err)
+	h.cfg.Logger.WarnContext(r.Context(), "httpapi: fleet request failed", "call_id", id, "error", err)
 	writeError(w, windlass.CodeUnavailable, fmt.Sprintf("the fleet could not be asked about call %q: %v", id, err))
 }

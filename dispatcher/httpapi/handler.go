@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -124,24 +126,54 @@ func Routes() []Route {
 	return out
 }
 
+// withDefaults returns c with every zero field set to its default: the one
+// place the handler's defaults are decided.
+func (c Config) withDefaults() Config {
+	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, DefaultMaxBodyBytes)
+	c.MaxWait = cmp.Or(c.MaxWait, DefaultMaxWait)
+	c.MaxStaleness = cmp.Or(c.MaxStaleness, DefaultMaxStaleness)
+	c.KeepAlive = cmp.Or(c.KeepAlive, DefaultKeepAlive)
+	c.MaxStreams = cmp.Or(c.MaxStreams, DefaultMaxStreams)
+	c.MaxStreamsPerKey = cmp.Or(c.MaxStreamsPerKey, DefaultMaxStreamsPerKey)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// validate checks c after defaults; an error names the one field that is
+// wrong. The API keys are checked as New reads them (newKeySet), and an
+// Extra pattern that clashes with a route as New mounts it.
+func (c Config) validate() error {
+	switch {
+	case c.Dispatcher == nil:
+		return errors.New("httpapi: Config.Dispatcher is nil: pass a *dispatcher.Dispatcher")
+	case c.MaxBodyBytes < 0:
+		return fmt.Errorf("httpapi: Config.MaxBodyBytes must not be negative, got %d", c.MaxBodyBytes)
+	case c.MaxWait < 0:
+		return fmt.Errorf("httpapi: Config.MaxWait must not be negative, got %s", c.MaxWait)
+	case c.MaxStaleness < 0:
+		return fmt.Errorf("httpapi: Config.MaxStaleness must not be negative, got %s", c.MaxStaleness)
+	case c.KeepAlive < 0:
+		return fmt.Errorf("httpapi: Config.KeepAlive must not be negative, got %s", c.KeepAlive)
+	case c.MaxStreams < 0:
+		return fmt.Errorf("httpapi: Config.MaxStreams must not be negative (0 is the default), got %d", c.MaxStreams)
+	case c.MaxStreamsPerKey < 0:
+		return fmt.Errorf("httpapi: Config.MaxStreamsPerKey must not be negative (0 is the default), got %d", c.MaxStreamsPerKey)
+	}
+	for _, pattern := range slices.Sorted(maps.Keys(c.Extra)) {
+		if c.Extra[pattern] == nil {
+			return fmt.Errorf("httpapi: Config.Extra[%q] is nil", pattern)
+		}
+	}
+	return nil
+}
+
 // New builds the handler.
 func New(cfg Config) (*Handler, error) {
-	switch {
-	case cfg.Dispatcher == nil:
-		return nil, errors.New("httpapi: Config.Dispatcher is nil: pass a *dispatcher.Dispatcher")
-	case cfg.MaxBodyBytes < 0 || cfg.MaxWait < 0 || cfg.MaxStaleness < 0 || cfg.KeepAlive < 0:
-		return nil, errors.New("httpapi: Config.MaxBodyBytes, MaxWait, MaxStaleness and KeepAlive must not be negative")
-	case cfg.MaxStreams < 0 || cfg.MaxStreamsPerKey < 0:
-		return nil, errors.New("httpapi: Config.MaxStreams and MaxStreamsPerKey must not be negative (0 is the default)")
-	}
-	cfg.MaxBodyBytes = cmp.Or(cfg.MaxBodyBytes, DefaultMaxBodyBytes)
-	cfg.MaxWait = cmp.Or(cfg.MaxWait, DefaultMaxWait)
-	cfg.MaxStaleness = cmp.Or(cfg.MaxStaleness, DefaultMaxStaleness)
-	cfg.KeepAlive = cmp.Or(cfg.KeepAlive, DefaultKeepAlive)
-	cfg.MaxStreams = cmp.Or(cfg.MaxStreams, DefaultMaxStreams)
-	cfg.MaxStreamsPerKey = cmp.Or(cfg.MaxStreamsPerKey, DefaultMaxStreamsPerKey)
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
 	keys, err := newKeySet(cfg.APIKeys)
 	if err != nil {
@@ -186,9 +218,6 @@ func New(cfg Config) (*Handler, error) {
 // mount adds an Extra handler, turning the mux's panic on a clashing
 // pattern into an error.
 func (h *Handler) mount(pattern string, extra http.Handler) (err error) {
-	if extra == nil {
-		return fmt.Errorf("httpapi: Config.Extra[%q] is nil", pattern)
-	}
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("httpapi: Config.Extra[%q]: %v", pattern, p)
@@ -232,7 +261,7 @@ func (h *Handler) guard(next http.HandlerFunc) http.HandlerFunc {
 				writeError(w, CodeUnauthorized, "a valid API key is required: Authorization: Bearer <key>")
 				return
 			}
-			h.cfg.Logger.Debug("httpapi: request", "api_key", name, "method", r.Method, "path", r.URL.Path)
+			h.cfg.Logger.DebugContext(r.Context(), "httpapi: request", "api_key", name, "method", r.Method, "path", r.URL.Path)
 			r = r.WithContext(context.WithValue(r.Context(), apiKeyName{}, name))
 		}
 		if r.Body != nil {

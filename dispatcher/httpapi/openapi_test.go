@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
+	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/dispatcher/httpapi"
 )
 
@@ -122,6 +124,43 @@ func TestOpenAPIDocument(t *testing.T) {
 		if _, err := c.Compile("openapi.json#/components/schemas/" + name); err != nil {
 			t.Errorf("schema %s: %v", name, err)
 		}
+	}
+}
+
+// TestOpenAPIStylesAreWindlassStyles holds the document's two style enums
+// (the query parameter of GET /v1/tools and ToolList.style) and the
+// parameter's default to windlass.Styles and windlass.DefaultStyle: the
+// document is a static file, so a new style must be added to it by hand.
+func TestOpenAPIStylesAreWindlassStyles(t *testing.T) {
+	var whole any
+	if err := json.Unmarshal(httpapi.OpenAPI(), &whole); err != nil {
+		t.Fatal(err)
+	}
+	var want []any
+	for _, s := range windlass.Styles {
+		want = append(want, string(s))
+	}
+	var param map[string]any
+	params, _ := resolve(whole, "#/paths/~1v1~1tools/get/parameters").([]any)
+	for _, p := range params {
+		if p, ok := p.(map[string]any); ok && p["name"] == "style" {
+			param = p
+		}
+	}
+	if param == nil {
+		t.Fatal("GET /v1/tools has no style parameter")
+	}
+	enums := map[string]any{
+		"GET /v1/tools style parameter": resolve(param, "#/schema/enum"),
+		"ToolList.style":                resolve(whole, "#/components/schemas/ToolList/properties/style/enum"),
+	}
+	for where, got := range enums {
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: enum %v, want windlass.Styles %v", where, got, want)
+		}
+	}
+	if got := resolve(param, "#/schema/default"); got != string(windlass.DefaultStyle) {
+		t.Errorf("GET /v1/tools style parameter: default %v, want windlass.DefaultStyle %q", got, windlass.DefaultStyle)
 	}
 }
 

@@ -56,6 +56,7 @@ func TestBadRequests(t *testing.T) {
 		mention                               string
 	}{
 		{"UnknownStyle", "GET", "/v1/tools?style=cohere", "", "", 400, httpapi.CodeInvalidRequest, "openai, anthropic or gemini"},
+		{"UnknownStyleNamesTheStyles", "GET", "/v1/tools?style=claude", "", "", 400, httpapi.CodeInvalidRequest, `style "claude" is not known: use ` + windlass.StyleChoices()},
 		{"UnknownField", "POST", "/v1/calls", `{"tool":"add","argumnets":{}}`, "application/json", 400, windlass.CodeInvalidCall, `unknown field "argumnets"`},
 		{"BadJSON", "POST", "/v1/calls", `{"tool":"add",`, "application/json", 400, windlass.CodeInvalidCall, "request body"},
 		{"EmptyBody", "POST", "/v1/calls", ``, "application/json", 400, windlass.CodeInvalidCall, "empty"},

@@ -19,12 +19,12 @@ type ToolList struct {
 	Skipped []string `json:"skipped,omitempty"`
 }
 
-// listTools is GET /v1/tools?style=openai|anthropic|gemini (default
-// openai).
+// listTools is GET /v1/tools?style=STYLE, one of windlass.Styles (default
+// windlass.DefaultStyle).
 func (h *Handler) listTools(w http.ResponseWriter, r *http.Request) {
 	style, err := windlass.ParseStyle(r.URL.Query().Get("style"))
 	if err != nil {
-		writeError(w, CodeInvalidRequest, fmt.Sprintf("style %q is not known: use openai, anthropic or gemini", r.URL.Query().Get("style")))
+		writeError(w, CodeInvalidRequest, fmt.Sprintf("style %q is not known: use %s", r.URL.Query().Get("style"), windlass.StyleChoices()))
 		return
 	}
 	tools, err := h.cfg.Dispatcher.Tools(r.Context(), style)

@@ -116,7 +116,7 @@ func (h *Handler) call(ctx context.Context, req *mcp.CallToolRequest, t callTarg
 		return nil, fmt.Errorf("mcpserver: call %q: %w", t.name, err)
 	}
 	log := h.cfg.Logger.With("call_id", id, "tool", t.name)
-	log.Debug("mcpserver: call submitted")
+	log.DebugContext(ctx, "mcpserver: call submitted")
 
 	// The wait ends with the client's request, with its session, at Close,
 	// or a little after the call's deadline (the fleet answers timeout by
@@ -145,7 +145,7 @@ func (h *Handler) call(ctx context.Context, req *mcp.CallToolRequest, t callTarg
 		// call in the fleet, unless a request of another session waits
 		// for it too (a retry of the same call id).
 		if !h.sessions.leave(w) {
-			log.Debug("mcpserver: session ended; another session waits for the call", "reason", ended.why)
+			log.DebugContext(ctx, "mcpserver: session ended; another session waits for the call", "reason", ended.why)
 			return errorResult(id, windlass.CodeUnavailable, fmt.Sprintf("%v; the call goes on for another request waiting for it (call id %s).", ended, id)), nil
 		}
 		h.cancelCall(ctx, log, id, ended.Error())
@@ -182,10 +182,10 @@ func (h *Handler) cancelCall(ctx context.Context, log *slog.Logger, id, reason s
 	defer cancel()
 	var finished *dispatcher.FinishedError
 	if err := h.d.Cancel(cctx, id, reason); err != nil && !errors.As(err, &finished) {
-		log.Warn("mcpserver: canceling the call failed", "reason", reason, "error", err)
+		log.WarnContext(ctx, "mcpserver: canceling the call failed", "reason", reason, "error", err)
 		return
 	}
-	log.Debug("mcpserver: call canceled", "reason", reason)
+	log.DebugContext(ctx, "mcpserver: call canceled", "reason", reason)
 }
 
 // await follows the call's events until its result, which it returns.

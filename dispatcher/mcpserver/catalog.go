@@ -52,11 +52,11 @@ func (h *Handler) sync(ctx context.Context) error {
 			continue
 		}
 		if err := h.addTool(e); err != nil {
-			h.cfg.Logger.Warn("mcpserver: tool not offered", "tool", e.Spec.Name, "error", err)
+			h.cfg.Logger.WarnContext(ctx, "mcpserver: tool not offered", "tool", e.Spec.Name, "error", err)
 			continue
 		}
 		h.advertised[e.Spec.Name] = e.Hash
-		h.cfg.Logger.Debug("mcpserver: tool offered", "tool", e.Spec.Name, "spec_hash", e.Hash)
+		h.cfg.Logger.DebugContext(ctx, "mcpserver: tool offered", "tool", e.Spec.Name, "spec_hash", e.Hash)
 	}
 	if len(gone) > 0 {
 		names := slices.Sorted(maps.Keys(gone))
@@ -64,7 +64,7 @@ func (h *Handler) sync(ctx context.Context) error {
 			delete(h.advertised, n)
 		}
 		h.server.RemoveTools(names...)
-		h.cfg.Logger.Debug("mcpserver: tools withdrawn", "tools", names)
+		h.cfg.Logger.DebugContext(ctx, "mcpserver: tools withdrawn", "tools", names)
 	}
 	return nil
 }

@@ -65,6 +65,8 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// withDefaults returns c with every zero field set to its default: the one
+// place the handler's defaults are decided.
 func (c Config) withDefaults() Config {
 	c.Name = cmp.Or(c.Name, DefaultName)
 	c.Version = cmp.Or(c.Version, "1")
@@ -78,12 +80,20 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// validate checks c after defaults; an error names the one field that is
+// wrong.
 func (c Config) validate() error {
 	switch {
 	case c.Dispatcher == nil:
 		return errors.New("mcpserver: Config.Dispatcher is nil: pass a *dispatcher.Dispatcher")
-	case c.QueueAllowance < 0 || c.ApprovalWait < 0 || c.SessionTimeout < 0 || c.KeepAlive < 0:
-		return errors.New("mcpserver: Config.QueueAllowance, Config.ApprovalWait, Config.SessionTimeout and Config.KeepAlive must not be negative")
+	case c.QueueAllowance < 0:
+		return fmt.Errorf("mcpserver: Config.QueueAllowance must not be negative, got %s", c.QueueAllowance)
+	case c.ApprovalWait < 0:
+		return fmt.Errorf("mcpserver: Config.ApprovalWait must not be negative, got %s", c.ApprovalWait)
+	case c.SessionTimeout < 0:
+		return fmt.Errorf("mcpserver: Config.SessionTimeout must not be negative, got %s", c.SessionTimeout)
+	case c.KeepAlive < 0:
+		return fmt.Errorf("mcpserver: Config.KeepAlive must not be negative, got %s", c.KeepAlive)
 	}
 	return nil
 }
@@ -112,10 +122,10 @@ type Handler struct {
 // first tools/list is complete) and follows its changes until
 // [Handler.Close]. ctx bounds only the first read.
 func New(ctx context.Context, cfg Config) (*Handler, error) {
+	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	cfg = cfg.withDefaults()
 	h := &Handler{cfg: cfg, d: cfg.Dispatcher, advertised: map[string]string{}, followDone: make(chan struct{})}
 	h.sessions.init(cfg.SessionTimeout, h.expire)
 	h.base, h.stopAll = context.WithCancel(context.Background())

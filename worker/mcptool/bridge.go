@@ -62,14 +62,20 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// validate checks c after defaults; an error names the one field that is
+// wrong. The rest of Config.Worker is checked by worker.New.
 func (c Config) validate() error {
 	switch {
 	case len(c.Servers) == 0:
 		return errors.New("mcptool: Config.Servers is empty: name at least one MCP server URL")
 	case c.Worker.JetStream == nil:
 		return errors.New("mcptool: Config.Worker.JetStream is nil: pass jetstream.New(nc)")
-	case c.ToolTimeout < 0 || c.MinBackoff < 0 || c.MaxBackoff < 0:
-		return errors.New("mcptool: Config.ToolTimeout, Config.MinBackoff and Config.MaxBackoff must not be negative")
+	case c.ToolTimeout < 0:
+		return fmt.Errorf("mcptool: Config.ToolTimeout must not be negative, got %s", c.ToolTimeout)
+	case c.MinBackoff < 0:
+		return fmt.Errorf("mcptool: Config.MinBackoff must not be negative, got %s", c.MinBackoff)
+	case c.MaxBackoff < 0:
+		return fmt.Errorf("mcptool: Config.MaxBackoff must not be negative, got %s", c.MaxBackoff)
 	}
 	seen := map[string]bool{}
 	for i, s := range c.Servers {
@@ -85,6 +91,8 @@ func (c Config) validate() error {
 	return nil
 }
 
+// withDefaults returns c with every zero field set to its default: the one
+// place the bridge's defaults are decided.
 func (c Config) withDefaults() Config {
 	c.ToolTimeout = cmp.Or(c.ToolTimeout, windlass.DefaultTimeout)
 	c.MinBackoff = cmp.Or(c.MinBackoff, DefaultMinBackoff)
@@ -134,10 +142,10 @@ type Bridge struct {
 // New returns a bridge over cfg's servers. It connects to nothing until
 // Run.
 func New(cfg Config) (*Bridge, error) {
+	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	cfg = cfg.withDefaults()
 	b := &Bridge{cfg: cfg, updates: make(chan struct{}, 1), names: map[toolKey]string{}, owner: map[string]toolKey{}}
 	for _, s := range cfg.Servers {
 		b.remotes = append(b.remotes, newRemote(b, s))

@@ -51,6 +51,17 @@ type Config struct {
 	Getenv func(string) string
 }
 
+// withDefaults returns c with every zero field set to its default: the one
+// place Setup's defaults are decided. No field can be wrong, so Config has
+// no validate.
+func (c Config) withDefaults() Config {
+	c.ServiceName = cmp.Or(c.ServiceName, "windlass")
+	if c.Getenv == nil {
+		c.Getenv = os.Getenv
+	}
+	return c
+}
+
 // Telemetry is what Setup installed.
 type Telemetry struct {
 	// Traces reports that a tracer provider was installed globally.
@@ -68,10 +79,8 @@ type Telemetry struct {
 // (and cfg) ask for, and the W3C trace context propagator with them. Call
 // Shutdown on the result to flush and stop the exporters.
 func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
+	cfg = cfg.withDefaults()
 	getenv := cfg.Getenv
-	if getenv == nil {
-		getenv = os.Getenv
-	}
 	t := &Telemetry{}
 	if strings.EqualFold(getenv("OTEL_SDK_DISABLED"), "true") {
 		return t, nil
@@ -100,10 +109,10 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 	return t, nil
 }
 
-// serviceResource describes the process: service.name (default
-// "windlass"), then what OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME say.
+// serviceResource describes the process: service.name, then what
+// OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME say.
 func serviceResource(ctx context.Context, name string) *resource.Resource {
-	res := resource.NewSchemaless(attribute.String("service.name", cmp.Or(name, "windlass")))
+	res := resource.NewSchemaless(attribute.String("service.name", name))
 	if merged, err := resource.Merge(resource.Default(), res); err == nil {
 		res = merged
 	}
