@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -92,7 +93,7 @@ func (a *ArgumentsSchema) validateValue(v any) error {
 		return a.refuse("$", "type", fmt.Sprintf("arguments must be a JSON object, got %s", jsonKind(v)))
 	}
 	if loc, n, ok := outOfRangeNumber(v, nil); ok {
-		return a.refuse(jsonPath(loc), "number", fmt.Sprintf(
+		return a.refuse(jsonPath(v, loc), "number", fmt.Sprintf(
 			"number %s is out of range: a number may have at most %d characters and an exponent from -%d to %d", abbreviate(string(n), 40), MaxNumberLength, MaxNumberExponent, MaxNumberExponent))
 	}
 	err := a.schema.Validate(v)
@@ -122,7 +123,7 @@ func (a *ArgumentsSchema) refuseViolation(v any, leaf *jsonschema.ValidationErro
 			msg = fmt.Sprintf("required properties are missing: %s", strings.Join(req.Missing, ", "))
 		}
 	}
-	return a.refuse(jsonPath(loc), rule, msg)
+	return a.refuse(jsonPath(v, loc), rule, msg)
 }
 
 // Bounds on what an [ArgumentError] quotes of the arguments, so that a huge
@@ -249,20 +250,57 @@ func deepest(e *jsonschema.ValidationError) *jsonschema.ValidationError {
 	return e
 }
 
-// jsonPath renders an instance location as "$.a.b[0]", keys longer than
-// maxPathTokenLength abbreviated.
-func jsonPath(loc []string) string {
+// jsonPath renders the location loc in the arguments v as "$.a.b[0]": an
+// element of an array as [i]; a key of an object as .key when it is a
+// plain name (a letter or "_", then letters, digits and "_"), else in
+// brackets as a JSON string, ["0"] or ["a.b"], so that no key reads as an
+// index or as two keys. Keys longer than maxPathTokenLength are
+// abbreviated. A token past what v holds (a missing required key) is a
+// key.
+func jsonPath(v any, loc []string) string {
 	var b strings.Builder
 	b.WriteString("$")
 	for _, tok := range loc {
-		tok = abbreviate(tok, maxPathTokenLength)
-		if _, err := strconv.Atoi(tok); err == nil {
+		switch node := v.(type) {
+		case []any:
 			b.WriteString("[" + tok + "]")
-		} else {
-			b.WriteString("." + tok)
+			v = nil
+			if i, err := strconv.Atoi(tok); err == nil && i >= 0 && i < len(node) {
+				v = node[i]
+			}
+		default:
+			writeKey(&b, tok)
+			m, _ := node.(map[string]any)
+			v = m[tok]
 		}
 	}
 	return b.String()
+}
+
+// writeKey writes an object's key into a path: .key or ["key"].
+func writeKey(b *strings.Builder, key string) {
+	short := abbreviate(key, maxPathTokenLength)
+	if plainName(key) {
+		b.WriteString("." + short)
+		return
+	}
+	var q bytes.Buffer
+	enc := json.NewEncoder(&q)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(short) // a string always encodes
+	b.WriteString("[" + strings.TrimSuffix(q.String(), "\n") + "]")
+}
+
+// plainName reports whether a key is a letter or "_" followed by letters,
+// digits and "_": one JSONPath writes after a dot (RFC 9535's
+// member-name-shorthand allows these and more).
+func plainName(key string) bool {
+	for i, r := range key {
+		if !(r == '_' || unicode.IsLetter(r) || (i > 0 && unicode.IsDigit(r))) {
+			return false
+		}
+	}
+	return key != ""
 }
 
 func jsonKind(v any) string {
