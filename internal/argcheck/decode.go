@@ -116,8 +116,16 @@ func (d *decoder) object(depth int) (any, bool) {
 			return nil, false
 		}
 		m[k] = v // a repeated key: the last one wins, as in encoding/json
-		if done, ok := d.separator('}'); !ok || done {
-			return m, ok
+		d.space()
+		switch d.peek() {
+		case ',': // another member follows
+			d.i++
+			d.space()
+		case '}':
+			d.i++
+			return m, true
+		default:
+			return nil, false
 		}
 	}
 }
@@ -145,23 +153,13 @@ func (d *decoder) colon() bool {
 	return true
 }
 
-// separator reads what follows a member of an object or an element of an
-// array: a comma (another follows) or the closing byte (done).
-func (d *decoder) separator(closing byte) (done, ok bool) {
-	d.space()
-	if d.i >= len(d.data) {
-		return false, false
+// peek is the next byte, 0 at the end of the input (which no JSON value
+// continues with).
+func (d *decoder) peek() byte {
+	if d.i < len(d.data) {
+		return d.data[d.i]
 	}
-	switch d.data[d.i] {
-	case ',':
-		d.i++
-		d.space()
-		return false, true
-	case closing:
-		d.i++
-		return true, true
-	}
-	return false, false
+	return 0
 }
 
 func (d *decoder) array(depth int) (any, bool) {
@@ -175,8 +173,16 @@ func (d *decoder) array(depth int) (any, bool) {
 			return nil, false
 		}
 		a = append(a, v)
-		if done, ok := d.separator(']'); !ok || done {
-			return a, ok
+		d.space()
+		switch d.peek() {
+		case ',': // another element follows
+			d.i++
+			d.space()
+		case ']':
+			d.i++
+			return a, true
+		default:
+			return nil, false
 		}
 	}
 }
