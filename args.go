@@ -8,10 +8,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/santhosh-tekuri/jsonschema/v6/kind"
+	"github.com/windlass-dev/windlass/internal/argcheck"
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
 )
@@ -22,7 +24,7 @@ import (
 type ArgumentsSchema struct {
 	tool   string
 	schema *jsonschema.Schema
-	quick  *quickSchema // nil: the schema uses keywords the quick check does not know
+	quick  *argcheck.Schema // nil: the schema uses keywords the quick check does not know
 }
 
 var englishPrinter = message.NewPrinter(language.English)
@@ -50,7 +52,7 @@ func CompileArguments(spec Spec) (*ArgumentsSchema, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: tool %q: parameters are not a valid JSON Schema: %w", ErrInvalidSpec, spec.Name, err)
 	}
-	quick, ok := compileQuick(doc)
+	quick, ok := argcheck.Compile(doc, numberBounds)
 	if !ok {
 		quick = nil
 	}
@@ -61,25 +63,37 @@ func CompileArguments(spec Spec) (*ArgumentsSchema, error) {
 // arguments are {}.
 // A failure is an *[ArgumentError] naming the path and the rule of the first
 // violation (the most specific one when several nested rules fail).
+//
+// Valid arguments of the usual schemas are seen valid without decoding
+// them; everything else is decoded and checked by the JSON Schema library,
+// which words the error.
 func (a *ArgumentsSchema) Validate(args json.RawMessage) error {
 	if noArguments(args) {
 		args = json.RawMessage("{}")
 	}
-	if a.quick != nil && a.quick.acceptsJSON(args) {
+	if a.quick != nil && a.quick.SurelyValid(args) {
 		return nil // valid for sure, seen without decoding
 	}
-	v, ok := decodeArguments(args)
+	// The decoded value may share args' memory (argcheck.Decode); nothing
+	// built from it outlives this call but new strings.
+	v, ok := argcheck.Decode(args)
 	if !ok { // invalid JSON (or very deep): the standard decoder says what is wrong
 		var err error
 		if v, err = jsonschema.UnmarshalJSON(bytes.NewReader(args)); err != nil {
 			return a.refuse("$", "json", "arguments are not valid JSON: "+err.Error())
 		}
 	}
+	return a.validateValue(v)
+}
+
+// validateValue checks decoded arguments, as the library's decoder gives
+// them: an object, its numbers in range, then the schema.
+func (a *ArgumentsSchema) validateValue(v any) error {
 	if _, ok := v.(map[string]any); !ok {
 		return a.refuse("$", "type", fmt.Sprintf("arguments must be a JSON object, got %s", jsonKind(v)))
 	}
 	if loc, n, ok := outOfRangeNumber(v, nil); ok {
-		return a.refuse(jsonPath(loc), "number", fmt.Sprintf(
+		return a.refuse(jsonPath(v, loc), "number", fmt.Sprintf(
 			"number %s is out of range: a number may have at most %d characters and an exponent from -%d to %d", abbreviate(string(n), 40), MaxNumberLength, MaxNumberExponent, MaxNumberExponent))
 	}
 	err := a.schema.Validate(v)
@@ -90,21 +104,26 @@ func (a *ArgumentsSchema) Validate(args json.RawMessage) error {
 	if !ok {
 		return a.refuse("$", "schema", err.Error())
 	}
-	leaf := deepest(ve)
-	path := jsonPath(leaf.InstanceLocation)
+	return a.refuseViolation(v, deepest(ve))
+}
+
+// refuseViolation builds the error of the library's most specific
+// violation, leaf, in the arguments v.
+func (a *ArgumentsSchema) refuseViolation(v any, leaf *jsonschema.ValidationError) *ArgumentError {
+	loc := leaf.InstanceLocation
 	rule := "schema"
 	if kw := leaf.ErrorKind.KeywordPath(); len(kw) > 0 {
 		rule = kw[len(kw)-1]
 	}
 	msg := leaf.ErrorKind.LocalizedString(englishPrinter)
 	if req, ok := leaf.ErrorKind.(*kind.Required); ok && len(req.Missing) > 0 {
-		path = jsonPath(append(append([]string(nil), leaf.InstanceLocation...), req.Missing[0]))
+		loc = append(slices.Clip(loc), req.Missing[0])
 		msg = "required property is missing"
 		if len(req.Missing) > 1 {
 			msg = fmt.Sprintf("required properties are missing: %s", strings.Join(req.Missing, ", "))
 		}
 	}
-	return a.refuse(path, rule, msg)
+	return a.refuse(jsonPath(v, loc), rule, msg)
 }
 
 // Bounds on what an [ArgumentError] quotes of the arguments, so that a huge
@@ -137,6 +156,10 @@ const (
 	MaxNumberExponent = 400
 )
 
+// numberBounds are MaxNumberLength and MaxNumberExponent for package
+// argcheck.
+var numberBounds = argcheck.NumberBounds{MaxLength: MaxNumberLength, MaxExponent: MaxNumberExponent}
+
 // outOfRangeNumber finds a number in a decoded JSON value (json.Number,
 // since it was decoded with UseNumber) outside the bounds of
 // [MaxNumberLength] and [MaxNumberExponent], and its location. Object keys
@@ -148,7 +171,7 @@ func outOfRangeNumber(v any, loc []string) ([]string, json.Number, bool) {
 	}
 	switch v := v.(type) {
 	case json.Number:
-		if !numberInRange(string(v)) {
+		if !numberBounds.InRange(string(v)) {
 			return loc, v, true
 		}
 	case []any:
@@ -172,7 +195,7 @@ func outOfRangeNumber(v any, loc []string) ([]string, json.Number, bool) {
 func hasOutOfRangeNumber(v any) bool {
 	switch v := v.(type) {
 	case json.Number:
-		return !numberInRange(string(v))
+		return !numberBounds.InRange(string(v))
 	case []any:
 		for _, e := range v {
 			if hasOutOfRangeNumber(e) {
@@ -187,20 +210,6 @@ func hasOutOfRangeNumber(v any) bool {
 		}
 	}
 	return false
-}
-
-// numberInRange reports whether a JSON number literal is within
-// [MaxNumberLength] characters and its exponent within ±[MaxNumberExponent].
-func numberInRange(lit string) bool {
-	if len(lit) > MaxNumberLength {
-		return false
-	}
-	i := strings.IndexAny(lit, "eE")
-	if i < 0 {
-		return true
-	}
-	exp, err := strconv.Atoi(strings.TrimPrefix(lit[i+1:], "+"))
-	return err == nil && exp >= -MaxNumberExponent && exp <= MaxNumberExponent
 }
 
 // abbreviate shortens s to at most n bytes and an ellipsis.
@@ -241,20 +250,57 @@ func deepest(e *jsonschema.ValidationError) *jsonschema.ValidationError {
 	return e
 }
 
-// jsonPath renders an instance location as "$.a.b[0]", keys longer than
-// maxPathTokenLength abbreviated.
-func jsonPath(loc []string) string {
+// jsonPath renders the location loc in the arguments v as "$.a.b[0]": an
+// element of an array as [i]; a key of an object as .key when it is a
+// plain name (a letter or "_", then letters, digits and "_"), else in
+// brackets as a JSON string, ["0"] or ["a.b"], so that no key reads as an
+// index or as two keys. Keys longer than maxPathTokenLength are
+// abbreviated. A token past what v holds (a missing required key) is a
+// key.
+func jsonPath(v any, loc []string) string {
 	var b strings.Builder
 	b.WriteString("$")
 	for _, tok := range loc {
-		tok = abbreviate(tok, maxPathTokenLength)
-		if _, err := strconv.Atoi(tok); err == nil {
+		switch node := v.(type) {
+		case []any:
 			b.WriteString("[" + tok + "]")
-		} else {
-			b.WriteString("." + tok)
+			v = nil
+			if i, err := strconv.Atoi(tok); err == nil && i >= 0 && i < len(node) {
+				v = node[i]
+			}
+		default:
+			writeKey(&b, tok)
+			m, _ := node.(map[string]any)
+			v = m[tok]
 		}
 	}
 	return b.String()
+}
+
+// writeKey writes an object's key into a path: .key or ["key"].
+func writeKey(b *strings.Builder, key string) {
+	short := abbreviate(key, maxPathTokenLength)
+	if plainName(key) {
+		b.WriteString("." + short)
+		return
+	}
+	var q bytes.Buffer
+	enc := json.NewEncoder(&q)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(short) // a string always encodes
+	b.WriteString("[" + strings.TrimSuffix(q.String(), "\n") + "]")
+}
+
+// plainName reports whether a key is a letter or "_" followed by letters,
+// digits and "_": one JSONPath writes after a dot (RFC 9535's
+// member-name-shorthand allows these and more).
+func plainName(key string) bool {
+	for i, r := range key {
+		if !(r == '_' || unicode.IsLetter(r) || (i > 0 && unicode.IsDigit(r))) {
+			return false
+		}
+	}
+	return key != ""
 }
 
 func jsonKind(v any) string {

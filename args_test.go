@@ -68,3 +68,47 @@ func TestArgumentValidationMessages(t *testing.T) {
 		})
 	}
 }
+
+// TestArgumentErrorPathKeys: a path tells an object's key from an array's
+// index. A key that is not a plain name ("0", "a.b", "a b", "") is written
+// in brackets as a JSON string, so $.m["0"] is the key "0" of m and $.m[0]
+// the first element of m.
+func TestArgumentErrorPathKeys(t *testing.T) {
+	t.Parallel()
+	args, err := windlass.CompileArguments(windlass.Spec{Name: "keys", Parameters: map[string]any{
+		"type": "object", "required": []string{"7"},
+		"properties": map[string]any{
+			"m": map[string]any{"type": []string{"object", "array"}, "additionalProperties": map[string]any{"type": "string"}, "items": map[string]any{"type": "string"}},
+		},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		args     string
+		wantPath string
+		wantRule string
+	}{
+		{`{"7":1,"m":{"0":1}}`, `$.m["0"]`, "type"},
+		{`{"7":1,"m":["a",1]}`, `$.m[1]`, "type"},
+		{`{"7":1,"m":{"0":1e999}}`, `$.m["0"]`, "number"},
+		{`{"7":1,"m":[1e999]}`, `$.m[0]`, "number"},
+		{`{"m":{}}`, `$["7"]`, "required"},
+		{`{"7":1,"m":{"-1":1}}`, `$.m["-1"]`, "type"},
+		{`{"7":1,"m":{"a.b":1}}`, `$.m["a.b"]`, "type"},
+		{`{"7":1,"m":{"a b":1}}`, `$.m["a b"]`, "type"},
+		{`{"7":1,"m":{"":1}}`, `$.m[""]`, "type"},
+		{`{"7":1,"m":{"say \"hi\"":1}}`, `$.m["say \"hi\""]`, "type"},
+		{`{"7":1,"m":{"city_2":1}}`, `$.m.city_2`, "type"},
+		{`{"7":1,"m":{"città":1}}`, `$.m.città`, "type"},
+	} {
+		err := args.Validate([]byte(tt.args))
+		var ae *windlass.ArgumentError
+		if !errors.As(err, &ae) {
+			t.Fatalf("Validate(%s) = %v, want *ArgumentError", tt.args, err)
+		}
+		if ae.Path != tt.wantPath || ae.Rule != tt.wantRule {
+			t.Errorf("Validate(%s) = path %s rule %q; want path %s rule %q", tt.args, ae.Path, ae.Rule, tt.wantPath, tt.wantRule)
+		}
+	}
+}

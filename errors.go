@@ -104,12 +104,15 @@ func (e *ExecutionError) Unwrap() error { return e.Err }
 
 // ArgumentError reports arguments that do not satisfy a tool's schema. Path
 // is a JSONPath-style location inside the arguments ("$" is the whole
-// object, "$.items[0].name" a nested field) and Rule the JSON Schema keyword
-// that failed ("type", "required", "minimum", ...).
+// object, "$.items[0].name" a nested field, `$.options["0"]` the key "0"
+// of an object: a key that is not a plain name is in brackets as a JSON
+// string) and Rule the JSON Schema keyword that failed ("type",
+// "required", "minimum", ...).
 type ArgumentError struct {
 	// Tool is the tool whose schema the arguments broke.
 	Tool string
-	// Path locates the violation, JSONPath style ("$.items[0].name").
+	// Path locates the violation, JSONPath style ("$.items[0].name",
+	// `$.options["a.b"]`).
 	Path string
 	// Rule is the JSON Schema keyword that failed.
 	Rule string

@@ -1,5 +1,5 @@
 // Package jsontext holds the byte-level readers of JSON text that the
-// fleet's fast paths share: the argument checker of package windlass and
+// fleet's fast paths share: the argument checker of internal/argcheck and
 // the canonical form of package approval/release. Each reads bytes and
 // says where a token ends or what it holds; none decodes.
 package jsontext

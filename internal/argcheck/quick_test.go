@@ -1,9 +1,9 @@
-package windlass
+package argcheck
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -29,7 +29,11 @@ var quickSchemas = []string{
 	`{"type":"object","properties":{"z":{"type":"number","minimum":0,"maximum":0},"p":{"type":"number","exclusiveMinimum":0},"t":{"type":"number","maximum":1e-300}}}`,
 }
 
-func compileBoth(t testing.TB, schema string) (*jsonschema.Schema, *quickSchema) {
+// testBounds are package windlass's bounds on numbers.
+var testBounds = NumberBounds{MaxLength: 100, MaxExponent: 400}
+
+// compileBoth compiles schema for the library and for the quick check.
+func compileBoth(t testing.TB, schema string) (*jsonschema.Schema, *Schema) {
 	t.Helper()
 	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader([]byte(schema)))
 	if err != nil {
@@ -44,7 +48,7 @@ func compileBoth(t testing.TB, schema string) (*jsonschema.Schema, *quickSchema)
 	if err != nil {
 		t.Fatal(err)
 	}
-	q, ok := compileQuick(doc)
+	q, ok := Compile(doc, testBounds)
 	if !ok {
 		t.Fatalf("no quick check compiled for %s", schema)
 	}
@@ -65,13 +69,16 @@ func FuzzQuickCheckAgrees(f *testing.F) {
 		`{"x":[0]}`, `{"a":0,"a":"dup"}`, `{}`, `[]`, `null`, `"s"`,
 		`{"z":1e-400}`, `{"z":-1e-330}`, `{"z":4.9e-324}`, `{"z":0e-400}`, `{"z":-0.0e5}`, `{"p":1e-400}`, `{"p":1e-320}`,
 		`{"t":1e-300}`, `{"t":1.0000000000001e-300}`, `{"t":2e-301}`,
+		`{"a":0,"b":"a\u0062"}`, `{"a":0,"h":{"k\"":"v"}}`, `{"a":0,"b":"` + "\xff\xfe" + `"}`, `{"a":0} {}`, ` {"a":0}` + "\n",
+		`{"a":0,"f":` + strings.Repeat("[", maxDepth) + strings.Repeat("]", maxDepth) + `}`, // the deepest it checks
+		`{"a":0,"f":` + strings.Repeat("[", maxDepth+1) + strings.Repeat("]", maxDepth+1) + `}`,
 	} {
 		f.Add([]byte(seed))
 	}
 	type pair struct {
 		schema string
 		lib    *jsonschema.Schema
-		quick  *quickSchema
+		quick  *Schema
 	}
 	var pairs []pair
 	for _, s := range quickSchemas {
@@ -79,13 +86,10 @@ func FuzzQuickCheckAgrees(f *testing.F) {
 		pairs = append(pairs, pair{s, lib, quick})
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		v, ok := decodeArguments(data)
-		out := false
-		if ok {
-			_, _, out = outOfRangeNumber(v, nil)
-		}
+		v, ok := Decode(data)
+		out := ok && outOfRange(v)
 		for _, p := range pairs {
-			if p.quick.acceptsJSON(data) {
+			if p.quick.SurelyValid(data) {
 				if _, object := v.(map[string]any); !ok || !object || !json.Valid(data) || out {
 					t.Fatalf("quick check accepted %s, which Validate refuses before any schema (decoded %v, object %v, a number out of range %v)", data, ok, object, out)
 				}
@@ -122,7 +126,7 @@ func TestQuickCheckAnswers(t *testing.T) {
 		{`{"a":0,"i":-0.00000015}`, true},
 		{`{"a":0,"i":-0.000000150001}`, false},
 	} {
-		if got := q.acceptsJSON([]byte(c.args)); got != c.want {
+		if got := q.SurelyValid([]byte(c.args)); got != c.want {
 			t.Errorf("quick check of the JSON %s = %v, want %v", c.args, got, c.want)
 		}
 	}
@@ -142,8 +146,10 @@ func TestQuickCheckAnswers(t *testing.T) {
 		`[]`:                                false,
 		`{"a":1,"i":1e-400}`:                false, // rounds to 0, inside i's bounds, yet only the library compares it
 		`{"a":1,"d":[1e-400]}`:              false, // rounds to 0, under d's exclusive minimum 0.1
+		`{"a":1,"f":` + strings.Repeat("[", maxDepth) + strings.Repeat("]", maxDepth) + `}`:     true,
+		`{"a":1,"f":` + strings.Repeat("[", maxDepth+1) + strings.Repeat("]", maxDepth+1) + `}`: false, // too deep: the decoders decide
 	} {
-		if got := q.acceptsJSON([]byte(args)); got != want {
+		if got := q.SurelyValid([]byte(args)); got != want {
 			t.Errorf("quick check of the JSON %q = %v, want %v", args, got, want)
 		}
 	}
@@ -167,28 +173,43 @@ func TestQuickCheckCompiles(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, ok := compileQuick(doc); ok != want {
+		if _, ok := Compile(doc, testBounds); ok != want {
 			t.Errorf("quick check compiled for %s = %v, want %v", schema, ok, want)
 		}
 	}
-	// Every FuncTool schema of plain fields gets one.
-	type args struct {
-		City  string   `json:"city" jsonschema:"description=The city"`
-		Days  int      `json:"days,omitempty" jsonschema:"minimum=1,maximum=14"`
-		Units string   `json:"units,omitempty" jsonschema:"enum=metric|imperial"`
-		Tags  []string `json:"tags,omitempty"`
-		Exact bool     `json:"exact,omitempty"`
+}
+
+// outOfRange reports whether a decoded value holds a number outside
+// testBounds, which Validate refuses before any schema.
+func outOfRange(v any) bool {
+	switch v := v.(type) {
+	case json.Number:
+		return !testBounds.InRange(string(v))
+	case []any:
+		for _, e := range v {
+			if outOfRange(e) {
+				return true
+			}
+		}
+	case map[string]any:
+		for _, e := range v {
+			if outOfRange(e) {
+				return true
+			}
+		}
 	}
-	tool := MustFunc("forecast", func(_ context.Context, a args) (string, error) { return a.City, nil })
-	raw, err := json.Marshal(tool.Spec().WithDefaults().Parameters)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := CompileArguments(tool.Spec())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if s.quick == nil {
-		t.Errorf("no quick check for the FuncTool schema %s", raw)
+	return false
+}
+
+// TestNumberBounds checks the bounds at their edges.
+func TestNumberBounds(t *testing.T) {
+	for lit, want := range map[string]bool{
+		strings.Repeat("9", 100): true, strings.Repeat("9", 101): false,
+		"1e400": true, "1E+400": true, "-1e-400": true, "1e401": false, "1e-401": false,
+		"0e99999999999999999999": false, "1.5": true, "-0": true,
+	} {
+		if got := testBounds.InRange(lit); got != want {
+			t.Errorf("InRange(%s) = %v, want %v", lit, got, want)
+		}
 	}
 }
