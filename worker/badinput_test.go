@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/windlass-dev/windlass"
+	"github.com/windlass-dev/windlass/internal/fleettest"
 	"github.com/windlass-dev/windlass/internal/layout"
 	"github.com/windlass-dev/windlass/worker"
 )
@@ -45,7 +46,7 @@ func (b *bench) callsStreamEmpties() {
 		b.t.Fatal(err)
 	}
 	var msgs uint64
-	b.waitFor(5*time.Second, "calls stream empty", func() bool {
+	fleettest.WaitFor(b.t, 5*time.Second, "calls stream empty", func() bool {
 		info, err := s.Info(context.Background())
 		if err == nil {
 			msgs = info.State.Msgs
@@ -218,7 +219,7 @@ func TestLargeProgressAndErrorsAreCutNotFatal(t *testing.T) {
 	})
 	b.start(worker.Config{Heartbeat: 20 * time.Millisecond}, tool, worker.WithRetry(worker.RetryPolicy{MaxAttempts: 2, InitialBackoff: 10 * time.Millisecond}))
 	b.publish(windlass.ToolCall{ID: "chatty-1", Name: "chatty"})
-	b.waitFor(10*time.Second, "the progress event", func() bool { return len(b.events("chatty-1", windlass.EventProgress)) > 0 })
+	fleettest.WaitFor(b.t, 10*time.Second, "the progress event", func() bool { return len(b.events("chatty-1", windlass.EventProgress)) > 0 })
 	close(progressSeen)
 	r := b.result(15 * time.Second)
 	if r.Code() != windlass.CodeResultTooLarge || r.Attempt != 2 || !strings.Contains(r.Content, "failed (attempt 2)") {
