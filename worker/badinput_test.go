@@ -261,7 +261,11 @@ func TestDeadRecordTooLargeStillAnswers(t *testing.T) {
 		runs.Add(1)
 		return "", windlass.Retryable(errors.New(strings.Repeat("e", 10000)))
 	})
-	b.start(worker.Config{AckWait: time.Second}, flaky, worker.WithRetry(worker.RetryPolicy{MaxAttempts: 2, InitialBackoff: 50 * time.Millisecond}))
+	// The default ack wait (30s): a second-long one let the server
+	// redeliver the call to a worker starved of CPU for a second between
+	// its keep-alives, a third run the test then counted. The old failure
+	// this test guards against still shows: the answer never comes.
+	b.start(worker.Config{}, flaky, worker.WithRetry(worker.RetryPolicy{MaxAttempts: 2, InitialBackoff: 50 * time.Millisecond}))
 	limit := int(b.nats.Connect(t).MaxPayload())
 	b.publish(windlass.ToolCall{ID: "big-meta", Name: "flaky", Arguments: json.RawMessage(`{}`),
 		Metadata: map[string]string{"blob": strings.Repeat("m", limit-3000)}})
