@@ -92,8 +92,9 @@ func (b *bench) start(cfg worker.Config, tool windlass.Tool, opts ...worker.Tool
 		})
 	}
 	b.t.Cleanup(stop)
-	// Serving once its consumer exists and is pulling.
-	fleettest.WaitFor(b.t, 5*time.Second, "worker pulling", func() bool {
+	// Serving once its consumer exists and is pulling: on a loaded machine
+	// starting takes seconds.
+	fleettest.WaitFor(b.t, fleettest.StartTimeout, "worker pulling", func() bool {
 		c, err := b.js.Consumer(context.Background(), layout.CallsStream, layout.ConsumerName(tool.Spec().Name))
 		if err != nil {
 			return false
