@@ -360,7 +360,14 @@ func TestIdleSessionCancelsRunningCall(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the running tool was not canceled within 30s")
 	}
-	st, err := d.Status(t.Context(), id)
+	// The tool's context ends as the cancellation reaches the worker; the
+	// call's answer is stored a moment apart from that.
+	var st dispatcher.CallStatus
+	var err error
+	fleettest.WaitFor(t, 10*time.Second, "the canceled call finished", func() bool {
+		st, err = d.Status(t.Context(), id)
+		return err != nil || st.State == dispatcher.StateFinished
+	})
 	if err != nil || st.State != dispatcher.StateFinished || st.Result.Code() != windlass.CodeCanceled {
 		t.Errorf("status = %+v, %v; want finished, canceled", st, err)
 	}
