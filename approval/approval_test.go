@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
 	"github.com/windlass-dev/windlass"
@@ -23,20 +22,18 @@ import (
 	"github.com/windlass-dev/windlass/approval/release"
 	"github.com/windlass-dev/windlass/approval/webhook"
 	"github.com/windlass-dev/windlass/dispatcher"
+	"github.com/windlass-dev/windlass/internal/fleettest"
 	"github.com/windlass-dev/windlass/internal/testserver"
-	"github.com/windlass-dev/windlass/registry"
 	"github.com/windlass-dev/windlass/worker"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// fleet is a whole gated fleet: NATS, Redis, a worker with the gated tool
-// pay, a dispatcher, and the approval service with its HTTP API.
+// fleet is a whole gated fleet (see fleettest): a worker with the gated
+// tool pay, a dispatcher, and the approval service with its HTTP API.
 type fleet struct {
+	*fleettest.Fleet
 	t       *testing.T
-	nats    *testserver.NATS
-	redis   *testserver.Redis
-	reg     *registry.Registry
 	d       *dispatcher.Dispatcher
 	signer  *release.Signer
 	runs    atomic.Int64
@@ -55,12 +52,7 @@ type payArgs struct {
 
 func newFleet(t *testing.T, policies map[string]approval.ToolPolicy) *fleet {
 	t.Helper()
-	f := &fleet{t: t, nats: testserver.StartNATS(t), redis: testserver.StartRedis(t, testserver.RedisOptions{Persist: true}), tokens: map[string]string{}, events: make(chan approval.AuditEvent, 100)}
-	var err error
-	f.reg, err = registry.New(registry.Config{Client: f.redis.Client(t), ResyncInterval: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := &fleet{Fleet: fleettest.New(t, fleettest.WithRedis(testserver.RedisOptions{Persist: true})), t: t, tokens: map[string]string{}, events: make(chan approval.AuditEvent, 100)}
 	priv, _, _ := release.GenerateKey()
 	key, _ := release.ParsePrivateKey(priv)
 	f.signer = release.NewSigner(key)
@@ -70,37 +62,9 @@ func newFleet(t *testing.T, policies map[string]approval.ToolPolicy) *fleet {
 		f.runs.Add(1)
 		return fmt.Sprintf("paid %.2f to %s", in.Amount, in.To), nil
 	}, windlass.WithApproval())
-	js, _ := jetstream.New(f.nats.Connect(t))
-	w, err := worker.New(worker.Config{JetStream: js, Registry: f.reg, Releases: release.NewVerifier(pub)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Register(pay); err != nil {
-		t.Fatal(err)
-	}
-	wctx, wcancel := context.WithCancel(context.Background())
-	wdone := make(chan struct{})
-	var runErr atomic.Value
-	go func() {
-		defer close(wdone)
-		if err := w.Run(wctx); err != nil {
-			runErr.Store(err)
-		}
-	}()
-	t.Cleanup(func() { wcancel(); <-wdone })
-
-	f.d, err = dispatcher.New(t.Context(), dispatcher.Config{Conn: f.nats.Connect(t), Registry: f.reg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = f.d.Close() })
-	deadline := time.Now().Add(15 * time.Second)
-	for cat, _ := f.d.Catalog(t.Context()); len(cat) == 0; cat, _ = f.d.Catalog(t.Context()) {
-		if time.Now().After(deadline) {
-			t.Fatalf("pay never became live (worker Run: %v)", runErr.Load())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	f.StartWorker(worker.Config{Releases: release.NewVerifier(pub)}, pay)
+	f.d = f.Dispatcher(dispatcher.Config{})
+	fleettest.WaitCatalog(t, f.d, "pay")
 
 	var reviewers []approval.Reviewer
 	for _, name := range []string{"alice", "bob", "carol"} {
@@ -108,7 +72,7 @@ func newFleet(t *testing.T, policies map[string]approval.ToolPolicy) *fleet {
 		f.tokens[name] = tok
 		reviewers = append(reviewers, approval.Reviewer{Name: name, TokenSHA256: approval.HashToken(tok)})
 	}
-	f.cfg = approval.Config{Conn: f.nats.Connect(t), Redis: f.redis.Client(t), Registry: f.reg, Signer: f.signer,
+	f.cfg = approval.Config{Conn: f.Conn(), Redis: f.Redis.Client(t), Registry: f.Registry(), Signer: f.signer,
 		Reviewers: reviewers, Policies: policies,
 		Notify: func(ctx context.Context, ev approval.AuditEvent, _ *approval.HeldCall) error {
 			select {
@@ -141,17 +105,13 @@ func (f *fleet) startService() {
 // held waits until the call is held and returns it.
 func (f *fleet) held(id string) *approval.HeldCall {
 	f.t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		h, err := f.svc.Get(context.Background(), id)
-		if err == nil {
-			return h
-		}
-		if time.Now().After(deadline) {
-			f.t.Fatalf("call %s never held: %v", id, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	var h *approval.HeldCall
+	fleettest.WaitFor(f.t, 5*time.Second, "call "+id+" held", func() bool {
+		var err error
+		h, err = f.svc.Get(context.Background(), id)
+		return err == nil
+	})
+	return h
 }
 
 // do sends an API request as reviewer ("" for none) and decodes the answer.
@@ -442,7 +402,7 @@ func TestRestartLosesNoHeldCall(t *testing.T) {
 		f.held(id)
 	}
 	f.stopSvc()
-	f.redis.Restart(t) // persistent: the held calls are on disk
+	f.Redis.Restart(t) // persistent: the held calls are on disk
 	more := f.submit(payArgs{To: "while down", Amount: 9})
 	f.startService()
 	for _, id := range append(ids, more) {
@@ -507,11 +467,10 @@ func TestSubmitThenStatusReadsAwaitingApproval(t *testing.T) {
 	f.do("POST", "/v1/approvals/"+id+"/approve", "alice", map[string]any{"args_hash": h.ArgsHash})
 	f.wait(id)
 	// The stream stores a result a moment after Wait saw it live.
-	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if st, err = f.d.Status(t.Context(), id); err != nil || st.State == dispatcher.StateFinished {
-			break
-		}
-	}
+	fleettest.WaitFor(t, 10*time.Second, "the result stored", func() bool {
+		st, err = f.d.Status(t.Context(), id)
+		return err != nil || st.State == dispatcher.StateFinished
+	})
 	if err != nil || st.State != dispatcher.StateFinished || st.Result == nil || st.Result.IsError {
 		t.Errorf("Status after the run = %+v, %v", st, err)
 	}
@@ -525,27 +484,20 @@ func TestSubmitThenStatusReadsAwaitingApproval(t *testing.T) {
 // events stream stores a moment later).
 func (f *fleet) cancelCall(id, reason string) {
 	f.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	fleettest.WaitFor(f.t, 10*time.Second, "call "+id+" known to the dispatcher, to cancel it", func() bool {
 		err := f.d.Cancel(f.t.Context(), id, reason)
-		if err == nil {
-			return
-		}
-		if !errors.Is(err, dispatcher.ErrUnknownCall) || time.Now().After(deadline) {
+		if err != nil && !errors.Is(err, dispatcher.ErrUnknownCall) {
 			f.t.Fatalf("Cancel(%s): %v", id, err)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return err == nil
+	})
 }
 
 // callsStreamLastSeq is the calls stream's last sequence: a release would
 // move it.
 func (f *fleet) callsStreamLastSeq() uint64 {
 	f.t.Helper()
-	js, err := jetstream.New(f.nats.Connect(f.t))
-	if err != nil {
-		f.t.Fatal(err)
-	}
+	js := f.JetStream()
 	s, err := js.Stream(f.t.Context(), "WINDLASS_CALLS")
 	if err != nil {
 		f.t.Fatal(err)
@@ -604,16 +556,11 @@ func TestCancelHeldCall(t *testing.T) {
 	// The approval API shows it canceled (the service follows the cancels
 	// stream asynchronously).
 	var body map[string]any
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	fleettest.WaitFor(t, 10*time.Second, "GET the canceled call showing status canceled", func() bool {
 		var code int
 		code, body = f.do("GET", "/v1/approvals/"+id, "alice", nil)
-		if code == http.StatusOK && body["status"] == "canceled" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("GET the canceled call = %d %v, want status canceled", code, body)
-		}
-	}
+		return code == http.StatusOK && body["status"] == "canceled"
+	})
 	if body["reason"] != "the user changed their mind" || body["released"] != false || body["decided_at"] == nil {
 		t.Errorf("canceled call = %v", body)
 	}
@@ -650,32 +597,21 @@ func TestCancelHeldCall(t *testing.T) {
 		t.Errorf("audit = %q, want requested then canceled", got)
 	}
 	// The dashboard's webhook gets approval.canceled with the call.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	fleettest.WaitFor(t, 10*time.Second, "an approval.canceled webhook", func() bool {
 		mu.Lock()
-		n := len(webhooks)
-		mu.Unlock()
-		if n > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no approval.canceled webhook")
-		}
-	}
+		defer mu.Unlock()
+		return len(webhooks) > 0
+	})
 	mu.Lock()
 	if d := webhooks[0]; d["call_id"] != id || d["call"].(map[string]any)["status"] != "canceled" {
 		t.Errorf("approval.canceled data = %v", d)
 	}
 	mu.Unlock()
 	// Status from any dispatcher: finished, canceled.
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	fleettest.WaitFor(t, 5*time.Second, "Status finished, canceled", func() bool {
 		st, err := f.d.Status(t.Context(), id)
-		if err == nil && st.State == dispatcher.StateFinished && st.Result.Code() == windlass.CodeCanceled {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Status = %+v, %v; want finished, canceled", st, err)
-		}
-	}
+		return err == nil && st.State == dispatcher.StateFinished && st.Result.Code() == windlass.CodeCanceled
+	})
 }
 
 // TestCancelWinsOnTheDecisionPath cancels a held call while no service
@@ -737,13 +673,11 @@ func TestCallCanceledBeforeIntake(t *testing.T) {
 	f.cancelCall(id, "too late")
 	seqBefore := f.callsStreamLastSeq()
 	f.startService()
-	h := f.held(id)
-	for deadline := time.Now().Add(10 * time.Second); h.Status != approval.StatusCanceled; h = f.held(id) {
-		if time.Now().After(deadline) {
-			t.Fatalf("held call = %+v, want canceled", h)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	var h *approval.HeldCall
+	fleettest.WaitFor(t, 10*time.Second, "the held call canceled", func() bool {
+		h = f.held(id)
+		return h.Status == approval.StatusCanceled
+	})
 	if pending, _, err := f.svc.List(t.Context(), approval.Filter{}); err != nil || len(pending) != 0 {
 		t.Errorf("pending = %v, %v; want none", pending, err)
 	}

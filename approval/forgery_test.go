@@ -3,6 +3,7 @@ package approval_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/approval/release"
 	"github.com/windlass-dev/windlass/dispatcher"
+	"github.com/windlass-dev/windlass/internal/fleettest"
 	"github.com/windlass-dev/windlass/internal/layout"
 )
 
@@ -27,10 +29,7 @@ type forger struct {
 }
 
 func newForger(f *fleet) *forger {
-	js, err := jetstream.New(f.nats.Connect(f.t))
-	if err != nil {
-		f.t.Fatal(err)
-	}
+	js := f.JetStream()
 	return &forger{f: f, js: js}
 }
 
@@ -77,10 +76,9 @@ func (g *forger) variants(m *nats.Msg) map[string]uint64 {
 // sequence in seqs, and returns them by sequence.
 func (f *fleet) refusals(seqs ...uint64) map[uint64]windlass.Refusal {
 	f.t.Helper()
-	js, _ := jetstream.New(f.nats.Connect(f.t))
+	js := f.JetStream()
 	found := map[uint64]windlass.Refusal{}
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	fleettest.WaitFor(f.t, 15*time.Second, fmt.Sprintf("the refusal records of %v", seqs), func() bool {
 		if s, err := js.Stream(context.Background(), layout.RefusalsStream); err == nil {
 			for next := uint64(1); ; {
 				m, err := s.GetMsg(context.Background(), next, jetstream.WithGetMsgSubject(layout.RefusalSubjects))
@@ -94,20 +92,14 @@ func (f *fleet) refusals(seqs ...uint64) map[uint64]windlass.Refusal {
 				}
 			}
 		}
-		missing := 0
 		for _, seq := range seqs {
 			if _, ok := found[seq]; !ok {
-				missing++
+				return false
 			}
 		}
-		if missing == 0 {
-			return found
-		}
-		if time.Now().After(deadline) {
-			f.t.Fatalf("%d of %d refusal records missing; found %v", missing, len(seqs), found)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return true
+	})
+	return found
 }
 
 // capture records the approval service's releases (the messages under a
@@ -123,7 +115,7 @@ type capture struct {
 
 func (f *fleet) capture() *capture {
 	c := &capture{t: f.t, first: map[string]*nats.Msg{}}
-	sub, err := f.nats.Connect(f.t).Subscribe(layout.CallSubject("pay"), func(m *nats.Msg) {
+	sub, err := f.Conn().Subscribe(layout.CallSubject("pay"), func(m *nats.Msg) {
 		var call windlass.ToolCall
 		if !strings.HasPrefix(m.Header.Get(nats.MsgIdHdr), "release:") || json.Unmarshal(m.Data, &call) != nil {
 			return // not the approval service's
@@ -149,19 +141,14 @@ func (f *fleet) capture() *capture {
 // release waits for the first message published for id.
 func (c *capture) release(id string) *nats.Msg {
 	c.t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	var m *nats.Msg
+	fleettest.WaitFor(c.t, 15*time.Second, "a release of "+id, func() bool {
 		c.mu.Lock()
-		m := c.first[id]
-		c.mu.Unlock()
-		if m != nil {
-			return m
-		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("no release of %s seen", id)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		defer c.mu.Unlock()
+		m = c.first[id]
+		return m != nil
+	})
+	return m
 }
 
 // TestForgedGatedCallsNeverDecideTheAnswer publishes forged copies of a
@@ -252,14 +239,10 @@ func TestForgedGatedCallsNeverDecideTheAnswer(t *testing.T) {
 			t.Errorf("(b) %s: refused %s, want %s", name, got, want)
 		}
 	}
-	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if _, ok := reusedRefused(); ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("(b) neither the exact copy nor the release was refused as reused")
-		}
-	}
+	fleettest.WaitFor(t, 15*time.Second, "(b) the exact copy or the release refused as reused", func() bool {
+		_, ok := reusedRefused()
+		return ok
+	})
 
 	// (c) After it ran: the same forgeries again.
 	after := g.variants(captured.release("pay-1"))

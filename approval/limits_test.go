@@ -48,7 +48,7 @@ func TestRejectionReasonIsBoundedAndReachesTheCaller(t *testing.T) {
 func TestGatedCallsLeaveRoomForTheirRelease(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, nil)
-	limit := int(f.nats.Connect(t).MaxPayload())
+	limit := int(f.Conn().MaxPayload())
 	_, err := f.d.Submit(t.Context(), "pay", payArgs{To: strings.Repeat("b", limit-600), Amount: 1})
 	var ce *windlass.CallError
 	if !errors.As(err, &ce) || ce.Code != windlass.CodePayloadTooLarge {

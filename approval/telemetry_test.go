@@ -34,12 +34,8 @@ func TestHoldIsASpanLinkedToTheCall(t *testing.T) {
 	f.stopSvc()
 	f.cfg.TracerProvider, f.cfg.MeterProvider = tp, mp
 	f.startService()
-	d, err := dispatcher.New(t.Context(), dispatcher.Config{Conn: f.nats.Connect(t), Registry: f.reg, TracerProvider: tp})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = d.Close() })
-	releases, err := f.nats.Connect(t).SubscribeSync(layout.CallSubject("pay"))
+	d := f.Dispatcher(dispatcher.Config{TracerProvider: tp})
+	releases, err := f.Conn().SubscribeSync(layout.CallSubject("pay"))
 	if err != nil {
 		t.Fatal(err)
 	}

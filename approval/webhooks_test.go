@@ -3,6 +3,7 @@ package approval_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/windlass-dev/windlass/approval"
 	"github.com/windlass-dev/windlass/approval/webhook"
+	"github.com/windlass-dev/windlass/internal/fleettest"
 )
 
 func TestWebhooksReachADashboardThatWasDown(t *testing.T) {
@@ -84,19 +86,11 @@ func TestWebhooksReachADashboardThatWasDown(t *testing.T) {
 	}
 	up.Store(true)
 	want := []string{"approval.requested", "approval.approved", "approval.requested", "approval.rejected", "approval.requested", "approval.expired"}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	fleettest.WaitFor(t, 20*time.Second, fmt.Sprintf("the webhooks %v", want), func() bool {
 		mu.Lock()
-		n := len(received)
-		mu.Unlock()
-		if n >= len(want) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("received %v, want %v", received, want)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		defer mu.Unlock()
+		return len(received) >= len(want)
+	})
 	mu.Lock()
 	defer mu.Unlock()
 	for i := range want {
@@ -112,12 +106,10 @@ func TestWebhooksReachADashboardThatWasDown(t *testing.T) {
 	// Each attempt is logged once its answer (or failure) is in, a moment
 	// after the receiver counted it.
 	var logged int64
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	fleettest.WaitFor(t, 5*time.Second, "every webhook attempt logged", func() bool {
 		logged, err = f.cfg.Redis.XLen(t.Context(), approval.DefaultPrefix+"webhooks").Result()
-		if (err == nil && logged >= attempts.Load()) || time.Now().After(deadline) {
-			break
-		}
-	}
+		return err == nil && logged >= attempts.Load()
+	})
 	if err != nil || logged < attempts.Load() || logged <= int64(len(want)) {
 		t.Errorf("webhook attempts logged = %d (%v), attempts made %d", logged, err, attempts.Load())
 	}

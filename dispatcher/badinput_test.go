@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/dispatcher"
 	"github.com/windlass-dev/windlass/internal/layout"
@@ -37,10 +35,7 @@ func (e *env) normalCallWorks(after string) {
 // zero means nothing was ever published on a tool's or a gate's subject.
 func (e *env) lastSeqs() (calls, approvals uint64) {
 	e.t.Helper()
-	js, err := jetstream.New(e.nats.Connect(e.t))
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	js := e.JetStream()
 	last := func(name string) uint64 {
 		s, err := js.Stream(e.t.Context(), name)
 		if err != nil {

@@ -9,66 +9,40 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/dispatcher"
+	"github.com/windlass-dev/windlass/internal/fleettest"
 	"github.com/windlass-dev/windlass/internal/layout"
 	"github.com/windlass-dev/windlass/internal/testserver"
-	"github.com/windlass-dev/windlass/registry"
 	"github.com/windlass-dev/windlass/worker"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
+// env is one test's fleet (see fleettest) and a dispatcher on it.
 type env struct {
-	t    *testing.T
-	nats *testserver.NATS
-	reg  *registry.Registry
-	d    *dispatcher.Dispatcher
+	*fleettest.Fleet
+	t *testing.T
+	d *dispatcher.Dispatcher
 }
 
+// newEnv starts a fleet with a worker serving tools, when there are any,
+// and a dispatcher, and waits until the dispatcher's catalog lists the
+// tools.
 func newEnv(t *testing.T, tools ...windlass.Tool) *env {
 	t.Helper()
-	e := &env{t: t, nats: testserver.StartNATS(t)}
-	var err error
-	e.reg, err = registry.New(registry.Config{Client: testserver.StartRedis(t).Client(t), ResyncInterval: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
+	e := &env{Fleet: fleettest.New(t), t: t}
+	names := make([]string, len(tools))
+	for i, tool := range tools {
+		names[i] = tool.Spec().Name
 	}
 	if len(tools) > 0 {
-		js, _ := jetstream.New(e.nats.Connect(t))
-		w, err := worker.New(worker.Config{JetStream: js, Registry: e.reg})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, tool := range tools {
-			if err := w.Register(tool); err != nil {
-				t.Fatal(err)
-			}
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { defer close(done); _ = w.Run(ctx) }()
-		t.Cleanup(func() { cancel(); <-done })
+		e.StartWorker(worker.Config{}, tools...)
 	}
-	e.d, err = dispatcher.New(t.Context(), dispatcher.Config{Conn: e.nats.Connect(t), Registry: e.reg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.d.Close() })
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		cat, _ := e.d.Catalog(t.Context())
-		if len(cat) == len(tools) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("catalog has %d tools, want %d", len(cat), len(tools))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	e.d = e.Dispatcher(dispatcher.Config{})
+	fleettest.WaitCatalog(t, e.d, names...)
 	return e
 }
 
@@ -157,7 +131,7 @@ func TestGatedCallsGoToTheApprovalSubject(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	js, _ := jetstream.New(e.nats.Connect(t))
+	js := e.JetStream()
 	s, err := js.Stream(t.Context(), layout.ApprovalsStream)
 	if err != nil {
 		t.Fatal(err)
@@ -260,11 +234,10 @@ func TestStatusWithoutApprovalService(t *testing.T) {
 	}
 	// The stream stores a result a moment after Wait saw it live.
 	var st dispatcher.CallStatus
-	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if st, err = e.d.Status(t.Context(), id); err != nil || st.State == dispatcher.StateFinished {
-			break
-		}
-	}
+	fleettest.WaitFor(t, 10*time.Second, "the result stored", func() bool {
+		st, err = e.d.Status(t.Context(), id)
+		return err != nil || st.State == dispatcher.StateFinished
+	})
 	if err != nil || st.State != dispatcher.StateFinished || st.Result.Content != "hello ada" {
 		t.Errorf("Status = %+v, %v", st, err)
 	}
@@ -281,20 +254,9 @@ func TestCallRetriedWithTheSameIDOnAnotherInstance(t *testing.T) {
 	if _, err := e.d.Submit(t.Context(), "count", nil, dispatcher.WithCallID("model-call-1")); err != nil {
 		t.Fatal(err)
 	}
-	other, err := dispatcher.New(t.Context(), dispatcher.Config{Conn: e.nats.Connect(t), Registry: e.reg})
-	if err != nil {
-		t.Fatal(err)
-	}
+	other := e.another()
 	defer other.Close()
-	for deadline := time.Now().Add(5 * time.Second); ; {
-		if cat, _ := other.Catalog(t.Context()); len(cat) == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the other instance never saw the tool")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	fleettest.WaitCatalog(t, other, "count")
 	start := time.Now()
 	r, err := other.Call(t.Context(), "count", nil, dispatcher.WithCallID("model-call-1"), dispatcher.WithTimeout(10*time.Second))
 	if err != nil || r.Content != "1" || time.Since(start) > 5*time.Second {

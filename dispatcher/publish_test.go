@@ -6,10 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/dispatcher"
+	"github.com/windlass-dev/windlass/internal/fleettest"
 	"github.com/windlass-dev/windlass/internal/layout"
 	"github.com/windlass-dev/windlass/registry"
 )
@@ -22,19 +21,16 @@ import (
 func TestSubmitOutlastsAStreamOutage(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	lease, err := e.reg.Advertise(t.Context(), registry.Advertisement{WorkerID: "w", Specs: []windlass.Spec{greet().Spec()}})
+	lease, err := e.Registry().Advertise(t.Context(), registry.Advertisement{WorkerID: "w", Specs: []windlass.Spec{greet().Spec()}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = lease.Withdraw(context.Background()) })
-	waitUntil(t, 5*time.Second, "the tool in the dispatcher's view", func() bool {
+	fleettest.WaitFor(t, 5*time.Second, "the tool in the dispatcher's view", func() bool {
 		_, err := e.d.Tool("greet")
 		return err == nil
 	})
-	js, err := jetstream.New(e.nats.Connect(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := e.JetStream()
 	if err := js.DeleteStream(t.Context(), layout.CallsStream); err != nil {
 		t.Fatal(err)
 	}
@@ -71,17 +67,5 @@ func TestSubmitOutlastsAStreamOutage(t *testing.T) {
 	st, err := e.d.Status(t.Context(), id)
 	if err != nil || st.State != dispatcher.StateQueued {
 		t.Errorf("Status(%s) = %+v, %v; want queued", id, st, err)
-	}
-}
-
-// waitUntil polls cond until it holds, failing the test after within.
-func waitUntil(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, within)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/dispatcher"
+	"github.com/windlass-dev/windlass/internal/fleettest"
 	"github.com/windlass-dev/windlass/internal/layout"
 	"github.com/windlass-dev/windlass/registry"
 )
@@ -22,12 +23,12 @@ import (
 func TestStatusAndCancelWhenStreamsCannotBeRead(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	lease, err := e.reg.Advertise(t.Context(), registry.Advertisement{WorkerID: "w", Specs: []windlass.Spec{greet().Spec()}})
+	lease, err := e.Registry().Advertise(t.Context(), registry.Advertisement{WorkerID: "w", Specs: []windlass.Spec{greet().Spec()}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = lease.Withdraw(context.Background()) })
-	waitUntil(t, 5*time.Second, "the tool in the dispatcher's view", func() bool {
+	fleettest.WaitFor(t, 5*time.Second, "the tool in the dispatcher's view", func() bool {
 		_, err := e.d.Tool("greet")
 		return err == nil
 	})
@@ -59,7 +60,7 @@ func TestStatusAndCancelWhenStreamsCannotBeRead(t *testing.T) {
 		}
 	}
 
-	js := e.jetStream()
+	js := e.JetStream()
 	if err := js.DeleteStream(t.Context(), layout.EventsStream); err != nil {
 		t.Fatal(err)
 	}
@@ -68,6 +69,6 @@ func TestStatusAndCancelWhenStreamsCannotBeRead(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	e.nats.Stop()
+	e.NATS.Stop()
 	unreadable("the NATS server down")
 }

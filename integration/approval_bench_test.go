@@ -15,7 +15,9 @@ import (
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/approval"
 	"github.com/windlass-dev/windlass/approval/release"
+	"github.com/windlass-dev/windlass/dispatcher"
 	"github.com/windlass-dev/windlass/internal/bench"
+	"github.com/windlass-dev/windlass/internal/fleettest"
 	"github.com/windlass-dev/windlass/worker"
 )
 
@@ -49,7 +51,7 @@ func BenchmarkApprovalPath(b *testing.B) {
 	}) (int, error) {
 		return 1, nil
 	}, windlass.WithApproval())
-	f.startWorker(worker.Config{Releases: release.NewVerifier(pubKey)}, gated)
+	f.StartWorker(worker.Config{Releases: release.NewVerifier(pubKey)}, gated)
 
 	var tokens []string
 	var revs []approval.Reviewer
@@ -58,7 +60,7 @@ func BenchmarkApprovalPath(b *testing.B) {
 		tokens = append(tokens, tok)
 		revs = append(revs, approval.Reviewer{Name: fmt.Sprint("reviewer-", i), TokenSHA256: approval.HashToken(tok)})
 	}
-	svc, err := approval.New(approval.Config{Conn: f.conn(), Redis: f.redis.Client(b), Registry: f.registry(), Signer: release.NewSigner(privKey), Reviewers: revs})
+	svc, err := approval.New(approval.Config{Conn: f.Conn(), Redis: f.Redis.Client(b), Registry: f.NewRegistry(), Signer: release.NewSigner(privKey), Reviewers: revs})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -67,8 +69,8 @@ func BenchmarkApprovalPath(b *testing.B) {
 	go func() { svcDone <- svc.Run(ctx) }()
 	srv := httptest.NewServer(svc.Handler())
 	b.Cleanup(func() { cancel(); <-svcDone; srv.Close() })
-	d := f.dispatcher()
-	waitFor(b, 10*time.Second, "bench_gated live", func() bool {
+	d := f.Dispatcher(dispatcher.Config{})
+	fleettest.WaitFor(b, 10*time.Second, "bench_gated live", func() bool {
 		cat, _ := d.Catalog(ctx)
 		return len(cat) == 1
 	})

@@ -15,7 +15,9 @@ import (
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/approval"
 	"github.com/windlass-dev/windlass/approval/release"
+	"github.com/windlass-dev/windlass/dispatcher"
 	"github.com/windlass-dev/windlass/internal/demotools"
+	"github.com/windlass-dev/windlass/internal/fleettest"
 	"github.com/windlass-dev/windlass/internal/testserver"
 	"github.com/windlass-dev/windlass/worker"
 )
@@ -27,9 +29,7 @@ import (
 func TestApprovalServiceKilledLosesNothing(t *testing.T) {
 	t.Parallel()
 	bin := cliBuild(t)
-	f := newFleet(t)
-	f.redis.Stop()
-	f.redis = testserver.StartRedis(t, testserver.RedisOptions{Persist: true})
+	f := newFleet(t, fleettest.WithRedis(testserver.RedisOptions{Persist: true}))
 
 	priv, pub, _ := release.GenerateKey()
 	pubKey, _ := release.ParsePublicKey(pub)
@@ -40,8 +40,8 @@ func TestApprovalServiceKilledLosesNothing(t *testing.T) {
 		results <- info.ID
 		return "sent", nil
 	}, windlass.WithApproval())
-	f.startWorker(worker.Config{Releases: release.NewVerifier(pubKey)}, pay)
-	d := f.dispatcher()
+	f.StartWorker(worker.Config{Releases: release.NewVerifier(pubKey)}, pay)
+	d := f.Dispatcher(dispatcher.Config{})
 	waitLive(t, d, "transfer_funds", 1)
 
 	token := approval.NewToken()
@@ -51,7 +51,7 @@ func TestApprovalServiceKilledLosesNothing(t *testing.T) {
 	start := func() *exec.Cmd {
 		cmd := exec.Command(bin, "approval", "--listen", addr)
 		cmd.Env = append(cliEnv(t.TempDir()+"/dev.json"),
-			"WINDLASS_NATS_URL="+f.nats.URL(), "WINDLASS_REDIS_URL="+f.redis.URL(),
+			"WINDLASS_NATS_URL="+f.NATS.URL(), "WINDLASS_REDIS_URL="+f.Redis.URL(),
 			"WINDLASS_RELEASE_KEY="+priv, "WINDLASS_REVIEWERS=alice="+approval.HashToken(token))
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
@@ -59,7 +59,7 @@ func TestApprovalServiceKilledLosesNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-		waitFor(t, 20*time.Second, "approval service up", func() bool {
+		fleettest.WaitFor(t, 20*time.Second, "approval service up", func() bool {
 			resp, err := http.Get("http://" + addr + "/")
 			if err == nil {
 				resp.Body.Close()
@@ -105,7 +105,7 @@ func TestApprovalServiceKilledLosesNothing(t *testing.T) {
 		var h map[string]any
 		// A call in flight when the process died comes back after the
 		// consumer's ack wait (10 s).
-		waitFor(t, 40*time.Second, "call "+id+" held", func() bool {
+		fleettest.WaitFor(t, 40*time.Second, "call "+id+" held", func() bool {
 			code, m := api("GET", "/v1/approvals/"+id, nil)
 			h = m
 			return code == http.StatusOK

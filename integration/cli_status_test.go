@@ -15,6 +15,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/windlass-dev/windlass/internal/fleettest"
 )
 
 // freeAddr returns a loopback address with a port free right now.
@@ -100,7 +102,7 @@ func TestCLIFleetStatusAndMetrics(t *testing.T) {
 		}
 		return -1
 	}
-	waitFor(t, 30*time.Second, "status --json shows the held call", func() bool {
+	fleettest.WaitFor(t, 30*time.Second, "status --json shows the held call", func() bool {
 		r := cliRun(t, bin, cmdEnv, "status", "--json")
 		if r.code != 0 {
 			t.Fatalf("status --json: %s", r)
@@ -132,7 +134,7 @@ func TestCLIFleetStatusAndMetrics(t *testing.T) {
 	if err := watch.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "status --watch refreshed twice", func() bool { return strings.Count(stdout.String(), "TOOL") >= 2 })
+	fleettest.WaitFor(t, 30*time.Second, "status --watch refreshed twice", func() bool { return strings.Count(stdout.String(), "TOOL") >= 2 })
 	_ = watch.Process.Signal(os.Interrupt)
 	if err := watch.Wait(); err != nil {
 		t.Errorf("status --watch after SIGINT: %v (want exit 0)\n%s", err, out.String())

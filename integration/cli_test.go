@@ -19,6 +19,7 @@ import (
 
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/internal/demotools"
+	"github.com/windlass-dev/windlass/internal/fleettest"
 	"github.com/windlass-dev/windlass/worker"
 )
 
@@ -260,11 +261,11 @@ func TestCLIQuickStart(t *testing.T) {
 			}
 			return slices.ContainsFunc(out.Items, func(it struct{ ID string }) bool { return it.ID == id })
 		}
-		waitFor(t, 20*time.Second, "the gated call held pending", func() bool { return listed("pending") })
+		fleettest.WaitFor(t, 20*time.Second, "the gated call held pending", func() bool { return listed("pending") })
 		if r := cliRun(t, bin, env, "cancel", id, "--reason", "wrong account"); r.code != 0 {
 			t.Fatalf("cancel of the held call: %s", r)
 		}
-		waitFor(t, 20*time.Second, "the held call listed as canceled", func() bool { return listed("canceled") })
+		fleettest.WaitFor(t, 20*time.Second, "the held call listed as canceled", func() bool { return listed("canceled") })
 		if listed("pending") {
 			t.Error("the canceled call is still listed pending")
 		}
@@ -306,9 +307,9 @@ func TestCLICallLifecycle(t *testing.T) {
 	})
 	// Two deliveries: one attempt and one retry (after about 1 s), then the
 	// call is dead.
-	f.startWorker(worker.Config{MaxDeliver: 2}, demotools.Sleep(), flaky)
+	f.StartWorker(worker.Config{MaxDeliver: 2}, demotools.Sleep(), flaky)
 	env := append(cliEnv(filepath.Join(t.TempDir(), "no-dev.json")),
-		"WINDLASS_NATS_URL="+f.nats.URL(), "WINDLASS_REDIS_URL="+f.redis.URL())
+		"WINDLASS_NATS_URL="+f.NATS.URL(), "WINDLASS_REDIS_URL="+f.Redis.URL())
 	run := func(t *testing.T, args ...string) cliResult {
 		t.Helper()
 		r := cliRun(t, bin, env, args...)
@@ -337,7 +338,7 @@ func TestCLICallLifecycle(t *testing.T) {
 				Error *struct{ Code string } `json:"error"`
 			}
 		}
-		waitFor(t, 30*time.Second, "status shows the sleep call running", func() bool {
+		fleettest.WaitFor(t, 30*time.Second, "status shows the sleep call running", func() bool {
 			r := cliRun(t, bin, env, "status", id, "--json")
 			return r.code == 0 && json.Unmarshal([]byte(r.stdout), &st) == nil && st.State == "running"
 		})
@@ -428,7 +429,7 @@ func TestCLICallLifecycle(t *testing.T) {
 			Deliveries int
 		}
 		var list []dead
-		waitFor(t, 30*time.Second, "dead list shows the flaky call", func() bool {
+		fleettest.WaitFor(t, 30*time.Second, "dead list shows the flaky call", func() bool {
 			r := cliRun(t, bin, env, "dead", "list", "--tool", "flaky", "--json")
 			return r.code == 0 && json.Unmarshal([]byte(r.stdout), &list) == nil && len(list) == 1
 		})

@@ -18,13 +18,11 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/dispatcher"
+	"github.com/windlass-dev/windlass/internal/fleettest"
 	"github.com/windlass-dev/windlass/internal/layout"
-	"github.com/windlass-dev/windlass/internal/testserver"
-	"github.com/windlass-dev/windlass/registry"
 )
 
 // The fault suite: real NATS and Redis, workers as separate processes, a
@@ -62,9 +60,7 @@ const faultAckWait = 1500 * time.Millisecond
 // faultFleet is a fleet whose workers are processes.
 type faultFleet struct {
 	t     *testing.T
-	nats  *testserver.NATS
-	redis *testserver.Redis
-	reg   *registry.Registry // the test's own view of the registry
+	fleet *fleettest.Fleet // its Registry is the test's own view of the registry
 	dir   string
 	bin   string
 
@@ -87,11 +83,8 @@ func newFaultFleet(t *testing.T, workers int) *faultFleet {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ff := &faultFleet{t: t, nats: testserver.StartNATS(t), redis: testserver.StartRedis(t), dir: t.TempDir(), bin: bin, workers: map[string]*faultProc{}}
-	ff.reg, err = registry.New(registry.Config{Client: ff.redis.Client(t), TTL: 3 * time.Second, ResyncInterval: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ff := &faultFleet{t: t, dir: t.TempDir(), bin: bin, workers: map[string]*faultProc{},
+		fleet: fleettest.New(t, fleettest.WithRegistryTTL(3*time.Second), fleettest.WithResyncInterval(200*time.Millisecond))}
 	t.Cleanup(ff.stopAll)
 	for range workers {
 		ff.startWorker()
@@ -115,9 +108,9 @@ func (ff *faultFleet) startWorker() string {
 	}
 	p.cmd = exec.Command(ff.bin, "-test.run=^$")
 	p.cmd.Env = append(os.Environ(),
-		faultWorkerEnv+"="+id, faultNATSEnv+"="+ff.nats.URL(), faultRedisEnv+"="+ff.redis.Addr(),
+		faultWorkerEnv+"="+id, faultNATSEnv+"="+ff.fleet.NATS.URL(), faultRedisEnv+"="+ff.fleet.Redis.Addr(),
 		faultExecLogEnv+"="+ff.execLog(), faultAckWaitEnv+"="+faultAckWait.String(),
-		faultTTLEnv+"="+ff.reg.TTL().String())
+		faultTTLEnv+"="+ff.fleet.Registry().TTL().String())
 	p.cmd.Stdout, p.cmd.Stderr = out, out
 	if err := p.cmd.Start(); err != nil {
 		ff.t.Fatal(err)
@@ -126,14 +119,14 @@ func (ff *faultFleet) startWorker() string {
 	ff.mu.Lock()
 	ff.workers[id] = p
 	ff.mu.Unlock()
-	waitFor(ff.t, 30*time.Second, "worker process "+id+" advertised", func() bool {
+	fleettest.WaitFor(ff.t, 30*time.Second, "worker process "+id+" advertised", func() bool {
 		select {
 		case <-p.exited:
 			ff.t.Fatalf("worker process %s exited at start:\n%s", id, ff.workerLog(id))
 		default:
 		}
-		info, err := ff.reg.Lookup(context.Background(), "work")
-		return err == nil && contains(info.LiveWorkers(time.Now()), id)
+		info, err := ff.fleet.Registry().Lookup(context.Background(), "work")
+		return err == nil && slices.Contains(info.LiveWorkers(time.Now()), id)
 	})
 	return id
 }
@@ -227,17 +220,9 @@ func (ff *faultFleet) execLines(kind string) map[string]int {
 // a second execution's answer, dropped.
 func (ff *faultFleet) dispatcher() (*dispatcher.Dispatcher, *answerCounter) {
 	ff.t.Helper()
-	reg, err := registry.New(registry.Config{Client: ff.redis.Client(ff.t), TTL: ff.reg.TTL(), ResyncInterval: 200 * time.Millisecond})
-	if err != nil {
-		ff.t.Fatal(err)
-	}
-	d, err := dispatcher.New(ff.t.Context(), dispatcher.Config{Conn: ff.nats.Connect(ff.t), Registry: reg})
-	if err != nil {
-		ff.t.Fatal(err)
-	}
-	ff.t.Cleanup(func() { _ = d.Close() })
+	d := ff.fleet.Dispatcher(dispatcher.Config{})
 	ac := &answerCounter{n: map[string]int{}}
-	sub, err := ff.nats.Connect(ff.t).Subscribe(layout.ResultInbox(d.ID()), ac.add)
+	sub, err := ff.fleet.Conn().Subscribe(layout.ResultInbox(d.ID()), ac.add)
 	if err != nil {
 		ff.t.Fatal(err)
 	}
@@ -249,11 +234,8 @@ func (ff *faultFleet) dispatcher() (*dispatcher.Dispatcher, *answerCounter) {
 // was acked or terminated, none left behind.
 func (ff *faultFleet) waitQueueEmpty(within time.Duration) {
 	ff.t.Helper()
-	js, err := jetstream.New(ff.nats.Connect(ff.t))
-	if err != nil {
-		ff.t.Fatal(err)
-	}
-	waitFor(ff.t, within, "the work queue emptied", func() bool {
+	js := ff.fleet.JetStream()
+	fleettest.WaitFor(ff.t, within, "the work queue emptied", func() bool {
 		s, err := js.Stream(ff.t.Context(), layout.CallsStream)
 		if err != nil {
 			return false
@@ -390,7 +372,7 @@ func (ff *faultFleet) report(scenario string, faults int, d *dispatcher.Dispatch
 	// An execution may be recorded a moment after its answer: wait until
 	// every answered call's execution is in the log.
 	var runs map[string]int
-	waitFor(t, 20*time.Second, "every answered call's execution logged", func() bool {
+	fleettest.WaitFor(t, 20*time.Second, "every answered call's execution logged", func() bool {
 		runs = ff.executions()
 		for _, rec := range slices.Concat(base, fault) {
 			if !rec.result.IsError && runs[rec.id] == 0 {
@@ -525,9 +507,9 @@ func TestFaultNATSRestarted(t *testing.T) {
 	d, ac := ff.dispatcher()
 	waitLive(t, d, "work", 3)
 	base, fault, restarts := ff.faultRun(d, sc, 0, []float64{0.3, 0.65}, func() {
-		ff.nats.Stop()
+		ff.fleet.NATS.Stop()
 		time.Sleep(faultOutage) // the outage itself, not a wait for an event
-		ff.nats.Restart(t)
+		ff.fleet.NATS.Restart(t)
 	})
 	rep := ff.report("NATS restarted", restarts, d, ac, base, fault)
 	if restarts != 2 {
@@ -550,22 +532,22 @@ func TestFaultRedisRestarted(t *testing.T) {
 	ff := newFaultFleet(t, 3)
 	d, ac := ff.dispatcher()
 	waitLive(t, d, "work", 3)
-	heartbeat := ff.reg.TTL() / 3 // the registry's default heartbeat interval
+	heartbeat := ff.fleet.Registry().TTL() / 3 // the registry's default heartbeat interval
 	var readvertised []time.Duration
 	base, fault, restarts := ff.faultRun(d, sc, 0, []float64{0.3, 0.65}, func() {
-		ff.redis.Kill()
+		ff.fleet.Redis.Kill()
 		time.Sleep(faultOutage) // the outage itself, not a wait for an event
-		ff.redis.Restart(t)
+		ff.fleet.Redis.Restart(t)
 		back := time.Now()
 		workers := ff.live()
-		waitFor(t, 10*time.Second, "every worker re-advertised", func() bool {
-			info, err := ff.reg.Lookup(context.Background(), "work")
+		fleettest.WaitFor(t, 10*time.Second, "every worker re-advertised", func() bool {
+			info, err := ff.fleet.Registry().Lookup(context.Background(), "work")
 			if err != nil {
 				return false
 			}
 			live := info.LiveWorkers(time.Now())
 			for _, id := range workers {
-				if !contains(live, id) {
+				if !slices.Contains(live, id) {
 					return false
 				}
 			}
@@ -605,7 +587,7 @@ func TestFaultWorkerPausedPastAckWait(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the call running on "+paused, func() bool {
+	fleettest.WaitFor(t, 10*time.Second, "the call running on "+paused, func() bool {
 		st, err := d.Status(t.Context(), id)
 		return err == nil && st.State == dispatcher.StateRunning && st.Worker == paused
 	})
@@ -630,8 +612,8 @@ func TestFaultWorkerPausedPastAckWait(t *testing.T) {
 		t.Errorf("answered %s after the pause, before the ack wait (%s) could have passed", answeredAfter, faultAckWait)
 	}
 	ff.signal(paused, syscall.SIGCONT)
-	waitFor(t, 10*time.Second, "the stale attempt finished", func() bool { return ff.executions()[id] == 2 })
-	waitFor(t, 10*time.Second, "the stale answer published", func() bool { return ac.extra() == 1 })
+	fleettest.WaitFor(t, 10*time.Second, "the stale attempt finished", func() bool { return ff.executions()[id] == 2 })
+	fleettest.WaitFor(t, 10*time.Second, "the stale answer published", func() bool { return ac.extra() == 1 })
 	stored, err := d.Result(t.Context(), id)
 	if err != nil || stored.Worker != other || stored.Attempt != r.Attempt {
 		t.Errorf("recorded answer: %+v, %v; want the new attempt's, from %s", stored, err, other)

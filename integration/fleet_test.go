@@ -16,6 +16,7 @@ import (
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/dispatcher"
 	"github.com/windlass-dev/windlass/internal/demotools"
+	"github.com/windlass-dev/windlass/internal/fleettest"
 	"github.com/windlass-dev/windlass/internal/testserver"
 	"github.com/windlass-dev/windlass/registry"
 	"github.com/windlass-dev/windlass/worker"
@@ -24,7 +25,7 @@ import (
 // waitLive waits until d's view shows n live workers of tool.
 func waitLive(t *testing.T, d *dispatcher.Dispatcher, tool string, n int) {
 	t.Helper()
-	waitFor(t, 5*time.Second, fmt.Sprintf("%d live workers of %s", n, tool), func() bool {
+	fleettest.WaitFor(t, 5*time.Second, fmt.Sprintf("%d live workers of %s", n, tool), func() bool {
 		cat, _ := d.Catalog(context.Background())
 		for _, e := range cat {
 			if e.Spec.Name == tool {
@@ -38,11 +39,11 @@ func waitLive(t *testing.T, d *dispatcher.Dispatcher, tool string, n int) {
 func TestThousandCallsAcrossThreeWorkers(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t)
-	workers := make([]*runningWorker, 3)
+	workers := make([]*fleettest.Worker, 3)
 	for i := range workers {
-		workers[i] = f.startWorker(worker.Config{ID: fmt.Sprintf("w%d", i)}, demotools.Echo(), demotools.Add())
+		workers[i] = f.StartWorker(worker.Config{ID: fmt.Sprintf("w%d", i)}, demotools.Echo(), demotools.Add())
 	}
-	d := f.dispatcher()
+	d := f.Dispatcher(dispatcher.Config{})
 	waitLive(t, d, "echo", 3)
 	waitLive(t, d, "add", 3)
 
@@ -102,7 +103,7 @@ func TestThousandCallsAcrossThreeWorkers(t *testing.T) {
 		}
 		return n
 	}
-	waitFor(t, 2*time.Second, "workers' counters settle", func() bool { return completed() >= calls })
+	fleettest.WaitFor(t, 2*time.Second, "workers' counters settle", func() bool { return completed() >= calls })
 	if n := completed(); n != calls {
 		t.Errorf("workers completed %d executions for %d calls", n, calls)
 	}
@@ -117,8 +118,8 @@ func TestTimeoutReturnsWithinBound(t *testing.T) {
 		ended <- ctx.Err()
 		return "", ctx.Err()
 	}, windlass.WithTimeout(500*time.Millisecond))
-	f.startWorker(worker.Config{}, slow)
-	d := f.dispatcher()
+	f.StartWorker(worker.Config{}, slow)
+	d := f.Dispatcher(dispatcher.Config{})
 	waitLive(t, d, "slow", 1)
 
 	start := time.Now()
@@ -149,14 +150,14 @@ func TestTimeoutReturnsWithinBound(t *testing.T) {
 
 func TestRefusalsBeforePublish(t *testing.T) {
 	t.Parallel()
-	f := newFleet(t, testserver.NATSOptions{MaxPayload: 64 * 1024})
-	f.startWorker(worker.Config{}, demotools.Echo(), demotools.Add())
-	d := f.dispatcher()
+	f := newFleet(t, fleettest.WithNATS(testserver.NATSOptions{MaxPayload: 64 * 1024}))
+	f.StartWorker(worker.Config{}, demotools.Echo(), demotools.Add())
+	d := f.Dispatcher(dispatcher.Config{})
 	waitLive(t, d, "echo", 1)
 	// A tool known to the registry whose only worker is gone.
-	gone := f.startWorker(worker.Config{}, windlass.MustFunc("gone", func(ctx context.Context, _ struct{}) (int, error) { return 1, nil }))
+	gone := f.StartWorker(worker.Config{}, windlass.MustFunc("gone", func(ctx context.Context, _ struct{}) (int, error) { return 1, nil }))
 	waitLive(t, d, "gone", 1)
-	gone.stop()
+	gone.Stop()
 	waitLive(t, d, "gone", 0)
 
 	tests := []struct {
@@ -191,7 +192,7 @@ func TestRefusalsBeforePublish(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.startWorker(worker.Config{}, windlass.MustFunc("gone", func(ctx context.Context, _ struct{}) (int, error) { return 1, nil }))
+	f.StartWorker(worker.Config{}, windlass.MustFunc("gone", func(ctx context.Context, _ struct{}) (int, error) { return 1, nil }))
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	r, err := d.Wait(ctx, id)
@@ -213,8 +214,8 @@ func TestGracefulStopFinishesRunningCalls(t *testing.T) {
 			return "", ctx.Err()
 		}
 	})
-	w := f.startWorker(worker.Config{ShutdownGrace: 10 * time.Second}, slowEcho)
-	d := f.dispatcher()
+	w := f.StartWorker(worker.Config{ShutdownGrace: 10 * time.Second}, slowEcho)
+	d := f.Dispatcher(dispatcher.Config{})
 	waitLive(t, d, "slow_echo", 1)
 
 	results := make(chan windlass.ToolResult, 4)
@@ -227,9 +228,9 @@ func TestGracefulStopFinishesRunningCalls(t *testing.T) {
 	for range 4 {
 		<-started
 	}
-	w.stop() // returns after the running calls finished and the worker withdrew
-	if w.err != nil {
-		t.Fatalf("Run = %v", w.err)
+	// Stop returns after the running calls finished and the worker withdrew.
+	if err := w.Stop(); err != nil {
+		t.Fatalf("Run = %v", err)
 	}
 	for range 4 {
 		r := <-results
@@ -240,17 +241,17 @@ func TestGracefulStopFinishesRunningCalls(t *testing.T) {
 	// Withdrawn: the dispatcher stops routing to it without waiting the TTL.
 	start := time.Now()
 	waitLive(t, d, "slow_echo", 0)
-	if time.Since(start) > f.ttl {
+	if time.Since(start) > f.Registry().TTL() {
 		t.Errorf("withdrawal took %s to reach the dispatcher", time.Since(start))
 	}
 }
 
 func TestWorkersComeAndGo(t *testing.T) {
 	t.Parallel()
-	f := newFleet(t)
-	f.ttl = time.Second
-	d := f.dispatcher()
-	f.startWorker(worker.Config{ID: "first"}, demotools.Echo())
+	f := newFleet(t, fleettest.WithRegistryTTL(time.Second))
+	ttl := f.Registry().TTL()
+	d := f.Dispatcher(dispatcher.Config{})
+	f.StartWorker(worker.Config{ID: "first"}, demotools.Echo())
 	start := time.Now()
 	waitLive(t, d, "echo", 1)
 	if el := time.Since(start); el > 2*time.Second {
@@ -259,26 +260,26 @@ func TestWorkersComeAndGo(t *testing.T) {
 
 	// A dead worker: its registry connection is cut so its heartbeats stop
 	// and it never withdraws; the dispatcher drops it within its TTL.
-	deadClient := redis.NewClient(&redis.Options{Addr: f.redis.Addr()})
-	deadReg, err := registry.New(registry.Config{Client: deadClient, TTL: f.ttl})
+	deadClient := redis.NewClient(&redis.Options{Addr: f.Redis.Addr()})
+	deadReg, err := registry.New(registry.Config{Client: deadClient, TTL: ttl})
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.startWorker(worker.Config{ID: "doomed", Registry: deadReg}, demotools.Echo())
+	f.StartWorker(worker.Config{ID: "doomed", Registry: deadReg}, demotools.Echo())
 	waitLive(t, d, "echo", 2)
 	_ = deadClient.Close()
 	cut := time.Now()
 	waitLive(t, d, "echo", 1)
-	if el := time.Since(cut); el > f.ttl+500*time.Millisecond {
-		t.Errorf("dead worker dropped after %s, TTL %s", el, f.ttl)
+	if el := time.Since(cut); el > ttl+500*time.Millisecond {
+		t.Errorf("dead worker dropped after %s, TTL %s", el, ttl)
 	}
 }
 
 func TestSubmitOnOneFetchOnAnother(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t)
-	f.startWorker(worker.Config{}, demotools.Add(), demotools.Sleep())
-	a, b := f.dispatcher(), f.dispatcher()
+	f.StartWorker(worker.Config{}, demotools.Add(), demotools.Sleep())
+	a, b := f.Dispatcher(dispatcher.Config{}), f.Dispatcher(dispatcher.Config{})
 	waitLive(t, a, "add", 1)
 	waitLive(t, b, "sleep", 1)
 
@@ -295,7 +296,7 @@ func TestSubmitOnOneFetchOnAnother(t *testing.T) {
 	// Wait may hand over the result as it is published, a moment before
 	// the results stream has stored it; Result reads the stream.
 	var r2 windlass.ToolResult
-	waitFor(t, 2*time.Second, "the result stored and fetchable", func() bool {
+	fleettest.WaitFor(t, 2*time.Second, "the result stored and fetchable", func() bool {
 		r2, err = b.Result(ctx, id)
 		return err == nil
 	})
@@ -319,14 +320,13 @@ func TestSubmitOnOneFetchOnAnother(t *testing.T) {
 
 func TestFleetServesThroughRedisOutage(t *testing.T) {
 	t.Parallel()
-	f := newFleet(t)
-	f.ttl = time.Second
-	f.startWorker(worker.Config{}, demotools.Add())
-	d := f.dispatcher()
+	f := newFleet(t, fleettest.WithRegistryTTL(time.Second))
+	f.StartWorker(worker.Config{}, demotools.Add())
+	d := f.Dispatcher(dispatcher.Config{})
 	waitLive(t, d, "add", 1)
 
-	f.redis.Kill()
-	waitFor(t, 5*time.Second, "staleness reported", func() bool { return d.Staleness() > time.Second })
+	f.Redis.Kill()
+	fleettest.WaitFor(t, 5*time.Second, "staleness reported", func() bool { return d.Staleness() > time.Second })
 	time.Sleep(time.Second) // past the lease TTL, with no renewal possible
 	for i := range 20 {
 		r, err := d.Call(t.Context(), "add", map[string]int{"a": i, "b": 1})
@@ -336,8 +336,8 @@ func TestFleetServesThroughRedisOutage(t *testing.T) {
 	}
 	t.Logf("served 20 calls with a registry view %s stale", d.Staleness().Round(time.Millisecond))
 
-	f.redis.Restart(t) // empty: the worker's lease re-advertises by itself
-	waitFor(t, 10*time.Second, "view fresh again", func() bool { return d.Staleness() < 500*time.Millisecond })
+	f.Redis.Restart(t) // empty: the worker's lease re-advertises by itself
+	fleettest.WaitFor(t, 10*time.Second, "view fresh again", func() bool { return d.Staleness() < 500*time.Millisecond })
 	waitLive(t, d, "add", 1)
 	if r, _ := d.Call(t.Context(), "add", map[string]int{"a": 1, "b": 1}); r.Content != "2" {
 		t.Errorf("after the outage: %+v", r)

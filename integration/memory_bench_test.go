@@ -18,6 +18,7 @@ import (
 
 	"github.com/windlass-dev/windlass/dispatcher"
 	"github.com/windlass-dev/windlass/internal/bench"
+	"github.com/windlass-dev/windlass/internal/fleettest"
 	"github.com/windlass-dev/windlass/internal/layout"
 )
 
@@ -36,7 +37,7 @@ func BenchmarkWorkerMemory(b *testing.B) {
 	bin := benchBuild(b)
 	ctx, cancel := context.WithCancel(context.Background())
 	b.Cleanup(cancel)
-	cmd := exec.CommandContext(ctx, bin, "bench", "--serve", "--nats-url", f.nats.URL(), "--redis-url", f.redis.URL(), "--concurrency", strconv.Itoa(calls))
+	cmd := exec.CommandContext(ctx, bin, "bench", "--serve", "--nats-url", f.NATS.URL(), "--redis-url", f.Redis.URL(), "--concurrency", strconv.Itoa(calls))
 	cmd.Env = cliEnv(filepath.Join(b.TempDir(), "dev.json"))
 	out := &cliBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
@@ -44,9 +45,9 @@ func BenchmarkWorkerMemory(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	waitFor(b, 30*time.Second, "bench worker serving", func() bool { return strings.Contains(out.String(), "serving") })
-	d := f.dispatcher()
-	waitFor(b, 10*time.Second, "bench_sleep live", func() bool {
+	fleettest.WaitFor(b, 30*time.Second, "bench worker serving", func() bool { return strings.Contains(out.String(), "serving") })
+	d := f.Dispatcher(dispatcher.Config{})
+	fleettest.WaitFor(b, 10*time.Second, "bench_sleep live", func() bool {
 		cat, _ := d.Catalog(ctx)
 		return len(cat) == 2
 	})
@@ -75,7 +76,7 @@ func BenchmarkWorkerMemory(b *testing.B) {
 
 	// In flight: the worker pulls only as many calls as it has free slots,
 	// so every delivered, unacknowledged call is one running.
-	js, err := jetstream.New(f.conn())
+	js, err := jetstream.New(f.Conn())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -89,7 +90,7 @@ func BenchmarkWorkerMemory(b *testing.B) {
 			b.Logf("in flight: %d; worker output:\n%s", pending, out.String())
 		}
 	})
-	took := waitFor(b, 3*time.Minute, fmt.Sprintf("%d calls in flight in the worker", calls), func() bool {
+	took := fleettest.WaitFor(b, 3*time.Minute, fmt.Sprintf("%d calls in flight in the worker", calls), func() bool {
 		info, err := cons.Info(ctx)
 		if err == nil {
 			pending = info.NumAckPending

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -24,6 +25,7 @@ import (
 
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/dispatcher"
+	"github.com/windlass-dev/windlass/internal/fleettest"
 	"github.com/windlass-dev/windlass/internal/telemetry"
 	"github.com/windlass-dev/windlass/worker"
 )
@@ -72,7 +74,7 @@ func readSpans(t *testing.T, path string) []spanLine {
 
 // startTraceWorker starts the trace test's worker process and waits until
 // it serves its tools; the test's cleanup stops it with SIGTERM.
-func startTraceWorker(t *testing.T, f *fleet, dir string) (spansPath, logPath string) {
+func startTraceWorker(t *testing.T, f *fleettest.Fleet, dir string) (spansPath, logPath string) {
 	t.Helper()
 	bin, err := os.Executable()
 	if err != nil {
@@ -82,7 +84,7 @@ func startTraceWorker(t *testing.T, f *fleet, dir string) (spansPath, logPath st
 	const id = "trace-worker"
 	var out bytes.Buffer
 	cmd := exec.Command(bin, "-test.run=^$")
-	cmd.Env = append(os.Environ(), traceWorkerEnv+"="+id, traceNATSEnv+"="+f.nats.URL(), traceRedisEnv+"="+f.redis.Addr(),
+	cmd.Env = append(os.Environ(), traceWorkerEnv+"="+id, traceNATSEnv+"="+f.NATS.URL(), traceRedisEnv+"="+f.Redis.Addr(),
 		traceSpansEnv+"="+spansPath, traceLogEnv+"="+logPath)
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
@@ -103,15 +105,15 @@ func startTraceWorker(t *testing.T, f *fleet, dir string) (spansPath, logPath st
 			t.Errorf("trace worker did not stop within 30 s of SIGTERM")
 		}
 	})
-	reg := f.registry()
-	waitFor(t, 60*time.Second, "trace worker advertised", func() bool {
+	reg := f.Registry()
+	fleettest.WaitFor(t, 60*time.Second, "trace worker advertised", func() bool {
 		select {
 		case err := <-exited:
 			t.Fatalf("trace worker exited at start: %v\n%s", err, out.String())
 		default:
 		}
 		info, err := reg.Lookup(context.Background(), traceToolBroken)
-		return err == nil && contains(info.LiveWorkers(time.Now()), id)
+		return err == nil && slices.Contains(info.LiveWorkers(time.Now()), id)
 	})
 	return spansPath, logPath
 }
@@ -128,11 +130,7 @@ func TestTraceAcrossProcesses(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	d, err := dispatcher.New(t.Context(), dispatcher.Config{Conn: f.conn(), Registry: f.registry(), TracerProvider: tp})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = d.Close() })
+	d := f.Dispatcher(dispatcher.Config{TracerProvider: tp})
 
 	cases := []struct {
 		tool, args, callID string
@@ -164,7 +162,7 @@ func TestTraceAcrossProcesses(t *testing.T) {
 			traceID := send.SpanContext().TraceID().String()
 
 			var process, execute spanLine
-			waitFor(t, 30*time.Second, "the worker's spans of "+tc.callID, func() bool {
+			fleettest.WaitFor(t, 30*time.Second, "the worker's spans of "+tc.callID, func() bool {
 				process, execute = spanLine{}, spanLine{}
 				for _, s := range readSpans(t, spansPath) {
 					if s.SpanContext.TraceID != traceID {
@@ -220,7 +218,7 @@ func TestTraceAcrossProcesses(t *testing.T) {
 
 			// The worker's line about the call, written with its context.
 			var line map[string]any
-			waitFor(t, 10*time.Second, "the worker's log line of "+tc.callID, func() bool {
+			fleettest.WaitFor(t, 10*time.Second, "the worker's log line of "+tc.callID, func() bool {
 				b, _ := os.ReadFile(logPath)
 				for l := range strings.SplitSeq(string(b), "\n") {
 					var m map[string]any
@@ -296,16 +294,12 @@ func TestMetricsAfterKnownCalls(t *testing.T) {
 		<-ctx.Done()
 		return "", ctx.Err()
 	}, windlass.WithTimeout(300*time.Millisecond))
-	w := f.startWorker(worker.Config{MeterProvider: mp}, ok, boom, slow)
-	d, err := dispatcher.New(t.Context(), dispatcher.Config{Conn: f.conn(), Registry: f.registry(), MeterProvider: mp})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = d.Close() })
+	w := f.StartWorker(worker.Config{MeterProvider: mp}, ok, boom, slow)
+	d := f.Dispatcher(dispatcher.Config{MeterProvider: mp})
 
 	for tool, n := range map[string]int{"ok": 3, "boom": 2, "slow": 1} {
 		for range n {
-			waitFor(t, 10*time.Second, "the dispatcher sees "+tool, func() bool {
+			fleettest.WaitFor(t, 10*time.Second, "the dispatcher sees "+tool, func() bool {
 				r, _ := d.Call(t.Context(), tool, nil, dispatcher.WithTimeout(20*time.Second))
 				if r.Code() == windlass.CodeNoWorker || r.Code() == windlass.CodeUnknownTool {
 					return false
@@ -325,7 +319,7 @@ func TestMetricsAfterKnownCalls(t *testing.T) {
 
 	// The worker counts an answer once the results stream stored it, a
 	// moment after the caller may have it: wait for its counts.
-	waitFor(t, 10*time.Second, "the worker counted every answer", func() bool {
+	fleettest.WaitFor(t, 10*time.Second, "the worker counted every answer", func() bool {
 		s := w.Stats()
 		return s.Completed+s.Failed >= 6
 	})

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/windlass-dev/windlass"
+	"github.com/windlass-dev/windlass/internal/fleettest"
 	"github.com/windlass-dev/windlass/internal/testserver"
 	"github.com/windlass-dev/windlass/registry"
 )
@@ -38,19 +39,6 @@ func advertise(t *testing.T, reg *registry.Registry, ad registry.Advertisement) 
 	}
 	t.Cleanup(func() { _ = l.Withdraw(context.Background()) })
 	return l
-}
-
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for !cond() {
-		if time.Since(start) > within {
-			t.Fatalf("%s: not within %s", what, within)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return time.Since(start)
 }
 
 func TestAdvertiseLookupList(t *testing.T) {
@@ -132,13 +120,13 @@ func TestWithdrawAndLapse(t *testing.T) {
 	has := func(id string) bool { return strings.Contains(","+strings.Join(live(), ",")+",", ","+id+",") }
 
 	graceful := advertise(t, reg, registry.Advertisement{WorkerID: "graceful", Specs: []windlass.Spec{spec("echo", "")}})
-	took := eventually(t, 2*time.Second, "a new worker seen by the view", func() bool { return has("graceful") })
+	took := fleettest.WaitFor(t, 2*time.Second, "a new worker seen by the view", func() bool { return has("graceful") })
 	t.Logf("new worker seen after %s", took)
 
 	if err := graceful.Withdraw(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, time.Second, "a withdrawn worker dropped", func() bool { return !has("graceful") })
+	fleettest.WaitFor(t, time.Second, "a withdrawn worker dropped", func() bool { return !has("graceful") })
 
 	// A worker that dies never withdraws: its heartbeats stop. Its own
 	// connection to Redis is closed right after it advertised, so every
@@ -149,10 +137,10 @@ func TestWithdrawAndLapse(t *testing.T) {
 		t.Fatal(err)
 	}
 	dead := advertise(t, deadReg, registry.Advertisement{WorkerID: "dead", Specs: []windlass.Spec{spec("echo", "")}})
-	eventually(t, 2*time.Second, "the doomed worker seen", func() bool { return has("dead") })
+	fleettest.WaitFor(t, 2*time.Second, "the doomed worker seen", func() bool { return has("dead") })
 	_ = deadClient.Close()
 	diedAt := time.Now()
-	took = eventually(t, 2*time.Second, "a dead worker dropped", func() bool { return !has("dead") })
+	took = fleettest.WaitFor(t, 2*time.Second, "a dead worker dropped", func() bool { return !has("dead") })
 	if since := time.Since(diedAt); since > time.Second+500*time.Millisecond {
 		t.Errorf("dead worker dropped %s after its last heartbeat, TTL is 1s", since)
 	}
@@ -163,7 +151,7 @@ func TestWithdrawAndLapse(t *testing.T) {
 
 	// Heartbeats keep a lease alive past its TTL.
 	kept := advertise(t, reg, registry.Advertisement{WorkerID: "kept", Specs: []windlass.Spec{spec("echo", "")}})
-	eventually(t, 2*time.Second, "kept seen", func() bool { return has("kept") })
+	fleettest.WaitFor(t, 2*time.Second, "kept seen", func() bool { return has("kept") })
 	time.Sleep(2500 * time.Millisecond) // 2.5 TTLs: only heartbeats keep it
 	if !has("kept") {
 		t.Fatal("a heartbeating worker lapsed")
@@ -187,10 +175,10 @@ func TestRedisOutage(t *testing.T) {
 		info, asOf, ok := view.Tool("echo")
 		return ok && info.HasLiveWorker(asOf)
 	}
-	eventually(t, 2*time.Second, "worker seen", live)
+	fleettest.WaitFor(t, 2*time.Second, "worker seen", live)
 
 	rs.Kill()
-	eventually(t, 3*time.Second, "the view notices the outage", func() bool { return view.Staleness() > 500*time.Millisecond })
+	fleettest.WaitFor(t, 3*time.Second, "the view notices the outage", func() bool { return view.Staleness() > 500*time.Millisecond })
 	time.Sleep(1500 * time.Millisecond) // past the TTL: the lease could not be renewed
 	if !live() {
 		t.Fatal("during the outage the view dropped a worker it last saw live")
@@ -200,11 +188,11 @@ func TestRedisOutage(t *testing.T) {
 	}
 
 	rs.Restart(t) // empty: the lease must re-advertise by itself
-	eventually(t, 5*time.Second, "the lease re-advertised", func() bool {
+	fleettest.WaitFor(t, 5*time.Second, "the lease re-advertised", func() bool {
 		info, err := reg.Lookup(t.Context(), "echo")
 		return err == nil && info.HasLiveWorker(time.Now())
 	})
-	eventually(t, 2*time.Second, "the view is fresh again", func() bool { return view.Staleness() < 500*time.Millisecond && live() })
+	fleettest.WaitFor(t, 2*time.Second, "the view is fresh again", func() bool { return view.Staleness() < 500*time.Millisecond && live() })
 }
 
 func TestConfigAndAdvertisementErrors(t *testing.T) {
@@ -262,14 +250,14 @@ func TestViewKeepsRoutingAfterRedisLosesItsData(t *testing.T) {
 		info, asOf, ok := view.Tool(name)
 		return ok && info.HasLiveWorker(asOf)
 	}
-	eventually(t, 2*time.Second, "both tools seen", func() bool { return live("echo") && live("add") })
+	fleettest.WaitFor(t, 2*time.Second, "both tools seen", func() bool { return live("echo") && live("add") })
 
 	restarted := time.Now()
 	rs.Restart(t)
 	// "gone" never heartbeats again: its process is lost with Redis's data.
 	_ = gone.Withdraw(context.Background())
 	back := time.Now()
-	eventually(t, 2*time.Second, "the view resynced against the empty Redis", func() bool {
+	fleettest.WaitFor(t, 2*time.Second, "the view resynced against the empty Redis", func() bool {
 		return view.Staleness() < time.Since(back)-10*time.Millisecond
 	})
 	empty, err := reg.List(t.Context())
@@ -285,14 +273,14 @@ func TestViewKeepsRoutingAfterRedisLosesItsData(t *testing.T) {
 	if names := toolNames(view); len(names) != 2 || names[0] != "add" || names[1] != "echo" {
 		t.Errorf("view lists %v, want [add echo] sorted", names)
 	}
-	eventually(t, 4*time.Second, "the live worker re-advertised", func() bool {
+	fleettest.WaitFor(t, 4*time.Second, "the live worker re-advertised", func() bool {
 		info, err := reg.Lookup(t.Context(), "echo")
 		return err == nil && info.HasLiveWorker(time.Now())
 	})
 	if _, err := stays.Status(); err != nil {
 		t.Errorf("lease status after re-advertising: %v", err)
 	}
-	took := eventually(t, 6*time.Second, "the tool nobody re-advertised dropped", func() bool {
+	took := fleettest.WaitFor(t, 6*time.Second, "the tool nobody re-advertised dropped", func() bool {
 		_, _, ok := view.Tool("add")
 		return !ok
 	})

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/windlass-dev/windlass"
+	"github.com/windlass-dev/windlass/internal/fleettest"
 	"github.com/windlass-dev/windlass/internal/layout"
 	"github.com/windlass-dev/windlass/worker"
 )
@@ -45,7 +46,7 @@ func (b *bench) callsStreamEmpties() {
 		b.t.Fatal(err)
 	}
 	var msgs uint64
-	b.waitFor(5*time.Second, "calls stream empty", func() bool {
+	fleettest.WaitFor(b.t, 5*time.Second, "calls stream empty", func() bool {
 		info, err := s.Info(context.Background())
 		if err == nil {
 			msgs = info.State.Msgs
@@ -218,7 +219,7 @@ func TestLargeProgressAndErrorsAreCutNotFatal(t *testing.T) {
 	})
 	b.start(worker.Config{Heartbeat: 20 * time.Millisecond}, tool, worker.WithRetry(worker.RetryPolicy{MaxAttempts: 2, InitialBackoff: 10 * time.Millisecond}))
 	b.publish(windlass.ToolCall{ID: "chatty-1", Name: "chatty"})
-	b.waitFor(10*time.Second, "the progress event", func() bool { return len(b.events("chatty-1", windlass.EventProgress)) > 0 })
+	fleettest.WaitFor(b.t, 10*time.Second, "the progress event", func() bool { return len(b.events("chatty-1", windlass.EventProgress)) > 0 })
 	close(progressSeen)
 	r := b.result(15 * time.Second)
 	if r.Code() != windlass.CodeResultTooLarge || r.Attempt != 2 || !strings.Contains(r.Content, "failed (attempt 2)") {
@@ -260,7 +261,11 @@ func TestDeadRecordTooLargeStillAnswers(t *testing.T) {
 		runs.Add(1)
 		return "", windlass.Retryable(errors.New(strings.Repeat("e", 10000)))
 	})
-	b.start(worker.Config{AckWait: time.Second}, flaky, worker.WithRetry(worker.RetryPolicy{MaxAttempts: 2, InitialBackoff: 50 * time.Millisecond}))
+	// The default ack wait (30s): a second-long one let the server
+	// redeliver the call to a worker starved of CPU for a second between
+	// its keep-alives, a third run the test then counted. The old failure
+	// this test guards against still shows: the answer never comes.
+	b.start(worker.Config{}, flaky, worker.WithRetry(worker.RetryPolicy{MaxAttempts: 2, InitialBackoff: 50 * time.Millisecond}))
 	limit := int(b.nats.Connect(t).MaxPayload())
 	b.publish(windlass.ToolCall{ID: "big-meta", Name: "flaky", Arguments: json.RawMessage(`{}`),
 		Metadata: map[string]string{"blob": strings.Repeat("m", limit-3000)}})

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/windlass-dev/windlass"
+	"github.com/windlass-dev/windlass/internal/fleettest"
 	"github.com/windlass-dev/windlass/internal/layout"
 	"github.com/windlass-dev/windlass/worker"
 )
@@ -323,7 +324,7 @@ func TestRetryPolicy(t *testing.T) {
 				}
 			}
 			b.callGone("flaky", seq)
-			b.waitFor(5*time.Second, "stats", func() bool {
+			fleettest.WaitFor(b.t, 5*time.Second, "stats", func() bool {
 				s := w.Stats()
 				return s.Completed+s.Failed == 1
 			})
@@ -424,7 +425,7 @@ func TestCallPastMaxDeliverIsAnsweredWorkerLost(t *testing.T) {
 			lost := 0
 			if tt.retryFirst {
 				first, stopFirst := b.start(cfg, tool, policy)
-				b.waitFor(5*time.Second, "first attempt handed back for a retry", func() bool { return first.Stats().Retried == 1 })
+				fleettest.WaitFor(b.t, 5*time.Second, "first attempt handed back for a retry", func() bool { return first.Stats().Retried == 1 })
 				stopFirst()
 				lost = 1
 			}
@@ -451,7 +452,7 @@ func TestCallPastMaxDeliverIsAnsweredWorkerLost(t *testing.T) {
 				t.Errorf("dead record = %+v (found %t), want %d deliveries, worker_lost", dc, ok, maxDeliver)
 			}
 			b.callGone("fragile", seq)
-			b.waitFor(5*time.Second, "stats", func() bool { return w.Stats().Failed == 1 })
+			fleettest.WaitFor(b.t, 5*time.Second, "stats", func() bool { return w.Stats().Failed == 1 })
 			if s := w.Stats(); s.Dead != 1 || s.Retried != 0 {
 				t.Errorf("stats = %+v", s)
 			}
@@ -490,7 +491,7 @@ func TestRedeliveredCallWithAResultIsAckedWithoutRunning(t *testing.T) {
 				t.Fatalf("first result = %+v", r)
 			}
 			w, _ := b.start(worker.Config{AckWait: 300 * time.Millisecond, MaxDeliver: maxDeliver}, tool)
-			b.waitFor(5*time.Second, "redelivery acked", func() bool { return w.Stats().AlreadyAnswered == 1 })
+			fleettest.WaitFor(b.t, 5*time.Second, "redelivery acked", func() bool { return w.Stats().AlreadyAnswered == 1 })
 			b.callGone("once", seq)
 			b.noResult(200 * time.Millisecond)
 			if n := rec.count(); n != 0 {
@@ -528,7 +529,7 @@ func TestSecondResultIsDroppedAndCounted(t *testing.T) {
 	if r := b.result(5 * time.Second); r.Content != "ok on attempt 1" { // live subscribers see every publish
 		t.Fatalf("second = %+v", r)
 	}
-	b.waitFor(5*time.Second, "duplicate counted", func() bool { return w.Stats().DuplicateResults == 1 })
+	fleettest.WaitFor(b.t, 5*time.Second, "duplicate counted", func() bool { return w.Stats().DuplicateResults == 1 })
 	if stored, ok := b.storedResult("twice"); !ok || stored.Content != "first" {
 		t.Errorf("stored result = %+v (%t), want the first", stored, ok)
 	}
@@ -559,7 +560,7 @@ func TestProgressGoesOutAtHeartbeats(t *testing.T) {
 	})
 	w, _ := b.start(worker.Config{AckWait: 3 * time.Second, Heartbeat: 300 * time.Millisecond}, tool)
 	b.publish(windlass.ToolCall{ID: "progressing", Name: "long"})
-	b.waitFor(5*time.Second, "progress event", func() bool { return reported.Load() && len(b.events("progressing", windlass.EventProgress)) > 0 })
+	fleettest.WaitFor(b.t, 5*time.Second, "progress event", func() bool { return reported.Load() && len(b.events("progressing", windlass.EventProgress)) > 0 })
 	close(release)
 	if r := b.result(5 * time.Second); r.IsError {
 		t.Fatalf("result = %+v", r)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/approval/release"
+	"github.com/windlass-dev/windlass/internal/fleettest"
 	"github.com/windlass-dev/windlass/internal/layout"
 	"github.com/windlass-dev/windlass/worker"
 )
@@ -136,7 +137,7 @@ func callBody(t *testing.T, id, tool string, args json.RawMessage) []byte {
 func (b *bench) refusal(seq uint64) windlass.Refusal {
 	b.t.Helper()
 	var rec windlass.Refusal
-	b.waitFor(10*time.Second, fmt.Sprintf("refusal record of message %d", seq), func() bool {
+	fleettest.WaitFor(b.t, 10*time.Second, fmt.Sprintf("refusal record of message %d", seq), func() bool {
 		s, err := b.js.Stream(context.Background(), layout.RefusalsStream)
 		if err != nil {
 			return false
@@ -280,7 +281,7 @@ func TestLedgerOutageDoesNotBuryAGenuineCall(t *testing.T) {
 	}
 	args := json.RawMessage(`{"text":"ok"}`)
 	g.publishGated(callBody(t, "g", "echo", args), g.releaseOf(g.signer, "g", args), "")
-	g.waitFor(10*time.Second, "the ledger found unwritable", func() bool { return g.logged("cannot check the release ledger now") })
+	fleettest.WaitFor(t, 10*time.Second, "the ledger found unwritable", func() bool { return g.logged("cannot check the release ledger now") })
 	// The outage lasts past five of the old one-second hand-backs.
 	outage := time.NewTimer(6 * time.Second)
 	<-outage.C

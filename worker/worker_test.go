@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/windlass-dev/windlass"
+	"github.com/windlass-dev/windlass/internal/fleettest"
 	"github.com/windlass-dev/windlass/internal/layout"
 	"github.com/windlass-dev/windlass/internal/testserver"
 	"github.com/windlass-dev/windlass/worker"
@@ -91,8 +92,9 @@ func (b *bench) start(cfg worker.Config, tool windlass.Tool, opts ...worker.Tool
 		})
 	}
 	b.t.Cleanup(stop)
-	// Serving once its consumer exists and is pulling.
-	b.waitFor(5*time.Second, "worker pulling", func() bool {
+	// Serving once its consumer exists and is pulling: on a loaded machine
+	// starting takes seconds.
+	fleettest.WaitFor(b.t, fleettest.StartTimeout, "worker pulling", func() bool {
 		c, err := b.js.Consumer(context.Background(), layout.CallsStream, layout.ConsumerName(tool.Spec().Name))
 		if err != nil {
 			return false
@@ -145,7 +147,7 @@ func (b *bench) noResult(within time.Duration) {
 func (b *bench) consumerSettled(tool string) *jetstream.ConsumerInfo {
 	b.t.Helper()
 	var info *jetstream.ConsumerInfo
-	b.waitFor(5*time.Second, "consumer settled", func() bool {
+	fleettest.WaitFor(b.t, 5*time.Second, "consumer settled", func() bool {
 		c, err := b.js.Consumer(context.Background(), layout.CallsStream, layout.ConsumerName(tool))
 		if err != nil {
 			return false
@@ -154,17 +156,6 @@ func (b *bench) consumerSettled(tool string) *jetstream.ConsumerInfo {
 		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
 	})
 	return info
-}
-
-func (b *bench) waitFor(within time.Duration, what string, cond func() bool) {
-	b.t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			b.t.Fatalf("%s: not within %s", what, within)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // countingEcho is an echo tool that counts its executions.
@@ -351,7 +342,7 @@ func TestConcurrencyLimit(t *testing.T) {
 	for i := range 6 {
 		b.publish(windlass.ToolCall{ID: "c" + string(rune('0'+i)), Name: "busy"})
 	}
-	b.waitFor(5*time.Second, "two calls running", func() bool { return running.Load() == 2 })
+	fleettest.WaitFor(b.t, 5*time.Second, "two calls running", func() bool { return running.Load() == 2 })
 	time.Sleep(200 * time.Millisecond) // give a third call the chance to start, which it must not
 	if p := peak.Load(); p != 2 {
 		t.Errorf("peak concurrency = %d, want 2", p)
@@ -453,7 +444,7 @@ func TestConsumerDeletedUnderTheWorkerIsRecreated(t *testing.T) {
 	if err := b.js.DeleteConsumer(t.Context(), layout.CallsStream, layout.ConsumerName("echo")); err != nil {
 		t.Fatal(err)
 	}
-	b.waitFor(10*time.Second, "consumer recreated", func() bool {
+	fleettest.WaitFor(b.t, 10*time.Second, "consumer recreated", func() bool {
 		_, err := b.js.Consumer(context.Background(), layout.CallsStream, layout.ConsumerName("echo"))
 		return err == nil
 	})

@@ -16,8 +16,8 @@ import (
 
 	"github.com/windlass-dev/windlass/dispatcher"
 	"github.com/windlass-dev/windlass/dispatcher/httpapi"
+	"github.com/windlass-dev/windlass/internal/fleettest"
 	"github.com/windlass-dev/windlass/internal/testserver"
-	"github.com/windlass-dev/windlass/registry"
 )
 
 // lockedBuffer is a bytes.Buffer safe for the command's goroutines.
@@ -116,16 +116,7 @@ func TestDispatcherCommand(t *testing.T) {
 // only ends with its context (an MCP stream) is canceled after the drain
 // grace, so the server stops well before the shutdown grace.
 func TestServeAPIShutdown(t *testing.T) {
-	ns, rs := testserver.StartNATS(t), testserver.StartRedis(t)
-	nc := ns.Connect(t)
-	reg, err := registry.New(registry.Config{Client: rs.Client(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := dispatcher.New(t.Context(), dispatcher.Config{Conn: nc, Registry: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := fleettest.New(t).Dispatcher(dispatcher.Config{})
 	defer d.Close()
 	entered, left := make(chan struct{}), make(chan struct{})
 	stream := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/windlass-dev/windlass/dispatcher/httpapi"
+	"github.com/windlass-dev/windlass/internal/fleettest"
 )
 
 // TestReadyz: ready while NATS is connected and the registry view fresh;
@@ -17,20 +18,20 @@ func TestReadyz(t *testing.T) {
 	if r := f.do("GET", "/readyz", ""); r.status != http.StatusOK {
 		t.Fatalf("readyz = %s", r)
 	}
-	f.redis.Kill()
-	waitFor(t, 30*time.Second, "readyz to fail with Redis down", func() bool {
+	f.Redis.Kill()
+	fleettest.WaitFor(t, 30*time.Second, "readyz to fail with Redis down", func() bool {
 		r := f.do("GET", "/readyz", "")
 		return r.status == http.StatusServiceUnavailable && strings.HasPrefix(string(r.body), "registry:")
 	})
 	if r := f.do("GET", "/healthz", ""); r.status != http.StatusOK || string(r.body) != "ok\n" {
 		t.Errorf("healthz = %s; the process still serves", r)
 	}
-	f.redis.Restart(t)
-	waitFor(t, 30*time.Second, "readyz to recover with Redis back", func() bool {
+	f.Redis.Restart(t)
+	fleettest.WaitFor(t, 30*time.Second, "readyz to recover with Redis back", func() bool {
 		return f.do("GET", "/readyz", "").status == http.StatusOK
 	})
-	f.nats.Stop()
-	waitFor(t, 30*time.Second, "readyz to fail with NATS down", func() bool {
+	f.NATS.Stop()
+	fleettest.WaitFor(t, 30*time.Second, "readyz to fail with NATS down", func() bool {
 		r := f.do("GET", "/readyz", "")
 		return r.status == http.StatusServiceUnavailable && strings.HasPrefix(string(r.body), "nats:")
 	})
@@ -85,7 +86,7 @@ func TestDrain(t *testing.T) {
 		res.Body.Close()
 		answered <- answer{status: res.StatusCode, location: res.Header.Get("Location")}
 	}()
-	waitFor(t, 30*time.Second, "the slow call to start", func() bool {
+	fleettest.WaitFor(t, 30*time.Second, "the slow call to start", func() bool {
 		r := f.do("GET", "/v1/calls/drained-1", "")
 		return r.status == http.StatusOK && strings.Contains(string(r.body), `"state":"running"`)
 	})

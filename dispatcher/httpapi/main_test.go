@@ -13,14 +13,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/dispatcher"
 	"github.com/windlass-dev/windlass/dispatcher/httpapi"
-	"github.com/windlass-dev/windlass/internal/testserver"
-	"github.com/windlass-dev/windlass/registry"
+	"github.com/windlass-dev/windlass/internal/fleettest"
 	"github.com/windlass-dev/windlass/worker"
 )
 
@@ -39,67 +37,43 @@ type failArgs struct {
 	Why string `json:"why"`
 }
 
-// fleet is one test's fleet: its own NATS and Redis, a worker serving
-// add, slow, fail and count, a dispatcher, and the API on an httptest
-// server.
+// fleet is one test's fleet (see fleettest): a worker serving add, slow,
+// fail and count, a dispatcher, and the API on an httptest server.
 type fleet struct {
-	t     *testing.T
-	nats  *testserver.NATS
-	redis *testserver.Redis
-	d     *dispatcher.Dispatcher
-	h     *httpapi.Handler
-	srv   *httptest.Server
-	key   string        // sent as the bearer token, when set
-	runs  *atomic.Int64 // executions of count
+	*fleettest.Fleet
+	t    *testing.T
+	d    *dispatcher.Dispatcher
+	h    *httpapi.Handler
+	srv  *httptest.Server
+	key  string        // sent as the bearer token, when set
+	runs *atomic.Int64 // executions of count
 }
 
 // newFleet starts a fleet; cfg's Dispatcher (and Conn, unless set) are
 // filled in.
 func newFleet(t *testing.T, cfg httpapi.Config) *fleet {
 	t.Helper()
-	f := &fleet{t: t, nats: testserver.StartNATS(t), redis: testserver.StartRedis(t), runs: new(atomic.Int64)}
-	reg, err := registry.New(registry.Config{Client: f.redis.Client(t), ResyncInterval: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
+	f := &fleet{Fleet: fleettest.New(t), t: t, runs: new(atomic.Int64)}
+	tools := f.tools()
+	names := make([]string, len(tools))
+	for i, tool := range tools {
+		names[i] = tool.Spec().Name
 	}
-	js, err := jetstream.New(f.nats.Connect(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := worker.New(worker.Config{JetStream: js, Registry: reg, Heartbeat: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, tool := range f.tools() {
-		if err := w.Register(tool); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = w.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-
-	nc := f.nats.Connect(t)
-	f.d, err = dispatcher.New(t.Context(), dispatcher.Config{Conn: nc, Registry: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = f.d.Close() })
+	f.StartWorker(worker.Config{Heartbeat: 50 * time.Millisecond}, tools...)
+	nc := f.Conn()
+	f.d = f.Dispatcher(dispatcher.Config{Conn: nc})
 	cfg.Dispatcher = f.d
 	if cfg.Conn == nil {
 		cfg.Conn = nc
 	}
+	var err error
 	f.h, err = httpapi.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.srv = httptest.NewServer(f.h)
 	t.Cleanup(f.srv.Close)
-	waitFor(t, 10*time.Second, "the worker's tools in the dispatcher's view", func() bool {
-		cat, _ := f.d.Catalog(t.Context())
-		return len(cat) == len(f.tools())
-	})
+	fleettest.WaitCatalog(t, f.d, names...)
 	return f
 }
 
@@ -202,21 +176,9 @@ func (f *fleet) call(r response, wantStatus int) httpapi.Call {
 func (f *fleet) pollUntil(id, what string, cond func(httpapi.Call) bool) httpapi.Call {
 	f.t.Helper()
 	var c httpapi.Call
-	waitFor(f.t, 60*time.Second, what, func() bool {
+	fleettest.WaitFor(f.t, 60*time.Second, what, func() bool {
 		c = f.call(f.do("GET", "/v1/calls/"+id, ""), http.StatusOK)
 		return cond(c)
 	})
 	return c
-}
-
-// waitFor polls cond every 20ms until it holds, failing after timeout.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }

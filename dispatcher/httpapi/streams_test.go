@@ -17,6 +17,7 @@ import (
 
 	"github.com/windlass-dev/windlass/dispatcher"
 	"github.com/windlass-dev/windlass/dispatcher/httpapi"
+	"github.com/windlass-dev/windlass/internal/fleettest"
 	"github.com/windlass-dev/windlass/internal/layout"
 )
 
@@ -86,10 +87,7 @@ func eventConsumers(t *testing.T, js jetstream.JetStream) int {
 // used to keep each one for its 5 minutes of inactivity).
 func TestEventStreamsLeaveNoConsumers(t *testing.T) {
 	f := newFleet(t, httpapi.Config{})
-	js, err := jetstream.New(f.nats.Connect(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := f.JetStream()
 	done := f.call(f.do("POST", "/v1/calls", `{"tool":"add","arguments":{"a":1,"b":2}}`), http.StatusOK)
 	running := f.call(f.do("POST", "/v1/calls", `{"tool":"slow","arguments":{"ms":120000},"async":true}`), http.StatusAccepted)
 	defer f.do("DELETE", "/v1/calls/"+running.ID, "")
@@ -117,12 +115,10 @@ func TestEventStreamsLeaveNoConsumers(t *testing.T) {
 	wg.Wait()
 	n := eventConsumers(t, js)
 	t.Logf("consumers on %s right after the last stream: %d", layout.EventsStream, n)
-	for deadline := time.Now().Add(30 * time.Second); n != baseline; n = eventConsumers(t, js) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d consumers on %s 30s after %d streams ended, want the %d from before", n, layout.EventsStream, streams, baseline)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	fleettest.WaitFor(t, 30*time.Second, fmt.Sprintf("the consumers on %s back to the %d from before %d streams", layout.EventsStream, baseline, streams), func() bool {
+		n = eventConsumers(t, js)
+		return n == baseline
+	})
 	t.Logf("consumers on %s: %d before, %d after %d streams", layout.EventsStream, baseline, n, streams)
 }
 
@@ -154,7 +150,7 @@ func TestEventStreamsPerKey(t *testing.T) {
 	other.close()
 
 	first.close()
-	waitFor(t, 10*time.Second, "alice's slot to free once her stream closed", func() bool {
+	fleettest.WaitFor(t, 10*time.Second, "alice's slot to free once her stream closed", func() bool {
 		s := f.openStream(t, c.ID, alice)
 		s.close()
 		return s.status == http.StatusOK
@@ -180,7 +176,7 @@ func TestEventStreamsPerProcess(t *testing.T) {
 	f.call(f.do("GET", "/v1/calls/"+c.ID, ""), http.StatusOK)
 
 	first.close()
-	waitFor(t, 10*time.Second, "a slot to free once a stream closed", func() bool {
+	fleettest.WaitFor(t, 10*time.Second, "a slot to free once a stream closed", func() bool {
 		s := f.openStream(t, c.ID, "")
 		s.close()
 		return s.status == http.StatusOK

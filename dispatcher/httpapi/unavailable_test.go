@@ -9,6 +9,7 @@ import (
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/dispatcher"
 	"github.com/windlass-dev/windlass/dispatcher/httpapi"
+	"github.com/windlass-dev/windlass/internal/fleettest"
 )
 
 // TestCallUnreadableIsUnavailable stops the NATS server under an accepted
@@ -25,7 +26,7 @@ func TestCallUnreadableIsUnavailable(t *testing.T) {
 		}
 	}
 
-	f.nats.Stop()
+	f.NATS.Stop()
 	cases := []struct{ method, path string }{
 		{"GET", "/v1/calls/" + c.ID},
 		{"DELETE", "/v1/calls/" + c.ID},
@@ -41,13 +42,13 @@ func TestCallUnreadableIsUnavailable(t *testing.T) {
 		}
 	}
 
-	f.nats.Restart(t)
+	f.NATS.Restart(t)
 	// The call is there again once the streams are; cancel it so the
 	// worker stops before the test ends.
-	waitFor(t, 60*time.Second, "the call to be readable after the restart", func() bool {
+	fleettest.WaitFor(t, 60*time.Second, "the call to be readable after the restart", func() bool {
 		return f.do("GET", "/v1/calls/"+c.ID, "").status == http.StatusOK
 	})
-	waitFor(t, 60*time.Second, "the call to be canceled", func() bool {
+	fleettest.WaitFor(t, 60*time.Second, "the call to be canceled", func() bool {
 		r := f.do("DELETE", "/v1/calls/"+c.ID, "")
 		return r.status == http.StatusOK || r.status == http.StatusConflict
 	})

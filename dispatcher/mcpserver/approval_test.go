@@ -17,7 +17,9 @@ import (
 
 	"github.com/windlass-dev/windlass/approval"
 	"github.com/windlass-dev/windlass/approval/release"
+	"github.com/windlass-dev/windlass/dispatcher"
 	"github.com/windlass-dev/windlass/dispatcher/mcpserver"
+	"github.com/windlass-dev/windlass/internal/fleettest"
 	"github.com/windlass-dev/windlass/worker"
 )
 
@@ -51,7 +53,7 @@ func (f *fleet) startApprovals() (*approvals, worker.Config) {
 		f.t.Fatal(err)
 	}
 	tok := approval.NewToken()
-	svc, err := approval.New(approval.Config{Conn: f.nats.Connect(f.t), Redis: f.redis.Client(f.t), Registry: f.reg, Signer: signer,
+	svc, err := approval.New(approval.Config{Conn: f.Conn(), Redis: f.Redis.Client(f.t), Registry: f.Registry(), Signer: signer,
 		Reviewers: []approval.Reviewer{{Name: "alice", TokenSHA256: approval.HashToken(tok)}}})
 	if err != nil {
 		f.t.Fatal(err)
@@ -95,7 +97,7 @@ func (a *approvals) do(method, path string, body any) (int, map[string]any) {
 func (a *approvals) approveOne(tool string) {
 	a.t.Helper()
 	var held map[string]any
-	waitFor(a.t, 30*time.Second, "a held call of "+tool, func() bool {
+	fleettest.WaitFor(a.t, 30*time.Second, "a held call of "+tool, func() bool {
 		code, body := a.do("GET", "/v1/approvals?status=pending&tool="+tool, nil)
 		items, _ := body["items"].([]any)
 		if code != http.StatusOK || len(items) == 0 {
@@ -129,7 +131,7 @@ func TestGatedToolAfterApproval(t *testing.T) {
 		default:
 		}
 	}
-	cs := connect(t, serve(t, mcpserver.Config{Dispatcher: f.dispatcher()}), opts)
+	cs := connect(t, serve(t, mcpserver.Config{Dispatcher: f.Dispatcher(dispatcher.Config{})}), opts)
 	//lint:ignore SA1019 as above: the client asks for log messages.
 	if err := cs.SetLoggingLevel(t.Context(), &mcp.SetLoggingLevelParams{Level: "info"}); err != nil {
 		t.Fatal(err)

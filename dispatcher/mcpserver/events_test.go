@@ -11,7 +11,9 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/windlass-dev/windlass"
+	"github.com/windlass-dev/windlass/dispatcher"
 	"github.com/windlass-dev/windlass/dispatcher/mcpserver"
+	"github.com/windlass-dev/windlass/internal/fleettest"
 	"github.com/windlass-dev/windlass/worker"
 )
 
@@ -30,7 +32,7 @@ func TestProgressNotifications(t *testing.T) {
 	})
 	f.startWorker(worker.Config{}, slow)
 	progress := make(chan *mcp.ProgressNotificationParams, 64)
-	cs := connect(t, serve(t, mcpserver.Config{Dispatcher: f.dispatcher()}), progressTo(progress))
+	cs := connect(t, serve(t, mcpserver.Config{Dispatcher: f.Dispatcher(dispatcher.Config{})}), progressTo(progress))
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	done := callInBackground(ctx, cs, "slow", nil, mcp.Meta{"progressToken": "tok-1"})
@@ -70,7 +72,7 @@ func TestCancellationPassesThrough(t *testing.T) {
 	f.startWorker(worker.Config{}, block)
 	logs := newLogRecorder()
 	defer logs.dumpIfFailed(t)
-	cs := connect(t, serve(t, mcpserver.Config{Dispatcher: f.dispatcher(), Logger: slog.New(logs)}), nil)
+	cs := connect(t, serve(t, mcpserver.Config{Dispatcher: f.Dispatcher(dispatcher.Config{}), Logger: slog.New(logs)}), nil)
 
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
@@ -108,7 +110,7 @@ func TestToolListChanged(t *testing.T) {
 	f.startWorker(worker.Config{}, basicTools()...)
 	var mu sync.Mutex
 	notified := 0
-	cs := connect(t, serve(t, mcpserver.Config{Dispatcher: f.dispatcher()}), &mcp.ClientOptions{
+	cs := connect(t, serve(t, mcpserver.Config{Dispatcher: f.Dispatcher(dispatcher.Config{})}), &mcp.ClientOptions{
 		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
 			mu.Lock()
 			notified++
@@ -122,7 +124,7 @@ func TestToolListChanged(t *testing.T) {
 
 	late := windlass.MustFunc("late", func(ctx context.Context, in struct{}) (string, error) { return "here", nil })
 	stop := f.startWorker(worker.Config{}, late)
-	waitFor(t, 30*time.Second, "a list-changed notification after a worker with a new tool started", func() bool { return count() >= 1 })
+	fleettest.WaitFor(t, 30*time.Second, "a list-changed notification after a worker with a new tool started", func() bool { return count() >= 1 })
 	if tools := listTools(t, cs); tools["late"] == nil || len(tools) != 4 {
 		t.Fatalf("tools after the notification = %v, want late among 4", tools)
 	}
@@ -133,7 +135,7 @@ func TestToolListChanged(t *testing.T) {
 
 	before := count()
 	stop() // withdraws: the tool has no live worker
-	waitFor(t, 30*time.Second, "a list-changed notification after the tool's only worker stopped", func() bool { return count() > before })
+	fleettest.WaitFor(t, 30*time.Second, "a list-changed notification after the tool's only worker stopped", func() bool { return count() > before })
 	if tools := listTools(t, cs); tools["late"] != nil || len(tools) != 3 {
 		t.Fatalf("tools after the worker stopped = %v, want the 3 others", tools)
 	}

@@ -3,92 +3,41 @@ package mcpserver_test
 import (
 	"context"
 	"net/http/httptest"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
 	"github.com/windlass-dev/windlass"
-	"github.com/windlass-dev/windlass/dispatcher"
 	"github.com/windlass-dev/windlass/dispatcher/mcpserver"
-	"github.com/windlass-dev/windlass/internal/testserver"
-	"github.com/windlass-dev/windlass/registry"
+	"github.com/windlass-dev/windlass/internal/fleettest"
 	"github.com/windlass-dev/windlass/worker"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// fleet is one test's NATS, Redis and registry.
+// fleet is one test's fleet (see fleettest).
 type fleet struct {
-	t     *testing.T
-	nats  *testserver.NATS
-	redis *testserver.Redis
-	reg   *registry.Registry
+	*fleettest.Fleet
+	t *testing.T
 }
 
+// newFleet starts a fleet whose leases last 3s.
 func newFleet(t *testing.T) *fleet {
 	t.Helper()
-	f := &fleet{t: t, nats: testserver.StartNATS(t), redis: testserver.StartRedis(t)}
-	var err error
-	f.reg, err = registry.New(registry.Config{Client: f.redis.Client(t), TTL: 3 * time.Second, ResyncInterval: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return f
+	return &fleet{Fleet: fleettest.New(t, fleettest.WithRegistryTTL(3*time.Second)), t: t}
 }
 
-// startWorker runs a worker with the tools until the returned stop (also
-// a cleanup), and waits until the registry lists it for each tool.
+// startWorker runs a worker with the tools, heartbeats every 50ms, until
+// the returned stop (also a cleanup), and waits until the registry lists
+// it for each tool.
 func (f *fleet) startWorker(cfg worker.Config, tools ...windlass.Tool) (stop func()) {
 	f.t.Helper()
-	js, err := jetstream.New(f.nats.Connect(f.t))
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	cfg.JetStream, cfg.Registry = js, f.reg
 	cfg.Heartbeat = 50 * time.Millisecond
-	w, err := worker.New(cfg)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	for _, tool := range tools {
-		if err := w.Register(tool); err != nil {
-			f.t.Fatal(err)
-		}
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		if err := w.Run(ctx); err != nil {
-			f.t.Errorf("worker: %v", err)
-		}
-	})
-	var once sync.Once
-	stop = func() { once.Do(func() { cancel(); wg.Wait() }) }
-	f.t.Cleanup(stop)
-	waitFor(f.t, 20*time.Second, "worker advertised", func() bool {
-		for _, tool := range tools {
-			info, err := f.reg.Lookup(context.Background(), tool.Spec().Name)
-			if err != nil || !contains(info.LiveWorkers(time.Now()), w.ID()) {
-				return false
-			}
-		}
-		return true
-	})
-	return stop
-}
-
-func (f *fleet) dispatcher() *dispatcher.Dispatcher {
-	f.t.Helper()
-	d, err := dispatcher.New(f.t.Context(), dispatcher.Config{Conn: f.nats.Connect(f.t), Registry: f.reg})
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	f.t.Cleanup(func() { _ = d.Close() })
-	return d
+	w := f.StartWorker(cfg, tools...)
+	// A Run error is reported by the fleet's cleanup.
+	return func() { _ = w.Stop() }
 }
 
 // serve mounts an MCP handler over d on a test HTTP server and returns its
@@ -148,25 +97,4 @@ func text(r *mcp.CallToolResult) string {
 		}
 	}
 	return s
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
-// waitFor polls cond until it holds, failing the test after within.
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, within)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }

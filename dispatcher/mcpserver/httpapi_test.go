@@ -11,6 +11,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/windlass-dev/windlass"
+	"github.com/windlass-dev/windlass/dispatcher"
 	"github.com/windlass-dev/windlass/dispatcher/httpapi"
 	"github.com/windlass-dev/windlass/dispatcher/mcpserver"
 )
@@ -35,7 +36,7 @@ func TestThroughDispatcherHTTPService(t *testing.T) {
 		return fmt.Sprintf("paid %.2f to %s", in.Amount, in.To), nil
 	}, windlass.WithApproval())
 	f.startWorker(wcfg, append(basicTools(), pay)...)
-	d := f.dispatcher()
+	d := f.Dispatcher(dispatcher.Config{})
 	mh, err := mcpserver.New(t.Context(), mcpserver.Config{Dispatcher: d})
 	if err != nil {
 		t.Fatal(err)

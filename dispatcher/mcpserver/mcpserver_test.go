@@ -11,6 +11,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/windlass-dev/windlass"
+	"github.com/windlass-dev/windlass/dispatcher"
 	"github.com/windlass-dev/windlass/dispatcher/mcpserver"
 	"github.com/windlass-dev/windlass/worker"
 )
@@ -47,7 +48,7 @@ func TestListAndCall(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t)
 	f.startWorker(worker.Config{}, basicTools()...)
-	cs := connect(t, serve(t, mcpserver.Config{Dispatcher: f.dispatcher()}), nil)
+	cs := connect(t, serve(t, mcpserver.Config{Dispatcher: f.Dispatcher(dispatcher.Config{})}), nil)
 
 	tools := listTools(t, cs)
 	if len(tools) != 3 || tools["add"] == nil || tools["add"].Description != "Add two numbers." {
@@ -140,7 +141,7 @@ func TestAnnotationsListed(t *testing.T) {
 	gated := windlass.MustFunc("wipe", func(ctx context.Context, in struct{}) (string, error) { return "wiped", nil },
 		windlass.WithApproval(), windlass.WithHints(windlass.ToolHints{ReadOnly: new(true)}))
 	f.startWorker(worker.Config{}, append(basicTools(), gated)...)
-	tools := listTools(t, connect(t, serve(t, mcpserver.Config{Dispatcher: f.dispatcher()}), nil))
+	tools := listTools(t, connect(t, serve(t, mcpserver.Config{Dispatcher: f.Dispatcher(dispatcher.Config{})}), nil))
 	if a := tools["add"].Annotations; a != nil {
 		t.Errorf("add (no hints) has annotations %+v", a)
 	}

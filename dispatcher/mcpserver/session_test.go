@@ -18,6 +18,7 @@ import (
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/dispatcher"
 	"github.com/windlass-dev/windlass/dispatcher/mcpserver"
+	"github.com/windlass-dev/windlass/internal/fleettest"
 	"github.com/windlass-dev/windlass/worker"
 )
 
@@ -151,7 +152,7 @@ func (a *approvals) held(id string) (status, reason string) {
 func (a *approvals) waitHeld(id, status string) (reason string) {
 	a.t.Helper()
 	var got string
-	waitFor(a.t, 30*time.Second, fmt.Sprintf("call %s %s at the approval service", id, status), func() bool {
+	fleettest.WaitFor(a.t, 30*time.Second, fmt.Sprintf("call %s %s at the approval service", id, status), func() bool {
 		got, reason = a.held(id)
 		return got == status
 	})
@@ -237,7 +238,7 @@ func TestClientGoneCancelsHeldCall(t *testing.T) {
 	apr, wcfg := f.startApprovals()
 	var runs atomic.Int64
 	f.startWorker(wcfg, payTool(&runs))
-	d := f.dispatcher()
+	d := f.Dispatcher(dispatcher.Config{})
 	logs := newLogRecorder()
 	defer logs.dumpIfFailed(t)
 	url := serve(t, mcpserver.Config{Dispatcher: d, SessionTimeout: 2 * time.Second, Logger: slog.New(logs)})
@@ -279,7 +280,7 @@ func TestDeletedSessionCancelsHeldCall(t *testing.T) {
 	f.startWorker(wcfg, payTool(&runs))
 	logs := newLogRecorder()
 	defer logs.dumpIfFailed(t)
-	url := serve(t, mcpserver.Config{Dispatcher: f.dispatcher(), Logger: slog.New(logs)})
+	url := serve(t, mcpserver.Config{Dispatcher: f.Dispatcher(dispatcher.Config{}), Logger: slog.New(logs)})
 	progress := make(chan *mcp.ProgressNotificationParams, 64)
 	cs := connect(t, url, progressTo(progress))
 
@@ -329,7 +330,7 @@ func TestIdleSessionCancelsRunningCall(t *testing.T) {
 		return "", ctx.Err()
 	}, windlass.WithTimeout(10*time.Minute))
 	f.startWorker(worker.Config{}, block)
-	d := f.dispatcher()
+	d := f.Dispatcher(dispatcher.Config{})
 	logs := newLogRecorder()
 	defer logs.dumpIfFailed(t)
 	url := serve(t, mcpserver.Config{Dispatcher: d, SessionTimeout: 2 * time.Second, Logger: slog.New(logs)})
@@ -359,7 +360,14 @@ func TestIdleSessionCancelsRunningCall(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the running tool was not canceled within 30s")
 	}
-	st, err := d.Status(t.Context(), id)
+	// The tool's context ends as the cancellation reaches the worker; the
+	// call's answer is stored a moment apart from that.
+	var st dispatcher.CallStatus
+	var err error
+	fleettest.WaitFor(t, 10*time.Second, "the canceled call finished", func() bool {
+		st, err = d.Status(t.Context(), id)
+		return err != nil || st.State == dispatcher.StateFinished
+	})
 	if err != nil || st.State != dispatcher.StateFinished || st.Result.Code() != windlass.CodeCanceled {
 		t.Errorf("status = %+v, %v; want finished, canceled", st, err)
 	}
@@ -377,7 +385,7 @@ func TestRetryWithTheSameCallID(t *testing.T) {
 		return fmt.Sprintf("charged %.2f to %s (run %d)", in.Amount, in.To, n), nil
 	})
 	f.startWorker(worker.Config{}, charge)
-	url := serve(t, mcpserver.Config{Dispatcher: f.dispatcher()})
+	url := serve(t, mcpserver.Config{Dispatcher: f.Dispatcher(dispatcher.Config{})})
 	cs := connect(t, url, nil)
 	call := func(cs *mcp.ClientSession, meta mcp.Meta) *mcp.CallToolResult {
 		t.Helper()
@@ -438,7 +446,7 @@ func TestRetryFromANewSessionKeepsTheHeldCall(t *testing.T) {
 	f.startWorker(wcfg, payTool(&runs))
 	logs := newLogRecorder()
 	defer logs.dumpIfFailed(t)
-	url := serve(t, mcpserver.Config{Dispatcher: f.dispatcher(), SessionTimeout: 2 * time.Second, Logger: slog.New(logs)})
+	url := serve(t, mcpserver.Config{Dispatcher: f.Dispatcher(dispatcher.Config{}), SessionTimeout: 2 * time.Second, Logger: slog.New(logs)})
 
 	const id = "toolu_pay_1"
 	args := payArgs{To: "bob", Amount: 5}
@@ -458,7 +466,7 @@ func TestRetryFromANewSessionKeepsTheHeldCall(t *testing.T) {
 	if got := firstCallID(t, progress); got != id {
 		t.Fatalf("the retry's call id = %s, want %s", got, id)
 	}
-	waitFor(t, 30*time.Second, "the first session expired and closed", func() bool {
+	fleettest.WaitFor(t, 30*time.Second, "the first session expired and closed", func() bool {
 		return logs.has("mcpserver: session closed", "session_id="+first.ID(), "expired after 2s idle")
 	})
 	if status, reason := apr.held(id); status != "pending" {
@@ -490,7 +498,7 @@ func TestKeepAliveWhileHeld(t *testing.T) {
 	const idle = 2 * time.Second
 	logs := newLogRecorder()
 	defer logs.dumpIfFailed(t)
-	url := serve(t, mcpserver.Config{Dispatcher: f.dispatcher(), KeepAlive: 100 * time.Millisecond, SessionTimeout: idle, Logger: slog.New(logs)})
+	url := serve(t, mcpserver.Config{Dispatcher: f.Dispatcher(dispatcher.Config{}), KeepAlive: 100 * time.Millisecond, SessionTimeout: idle, Logger: slog.New(logs)})
 	progress := make(chan *mcp.ProgressNotificationParams, 256)
 	// No notification stream: only the call's own request keeps the
 	// session alive.

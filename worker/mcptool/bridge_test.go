@@ -14,6 +14,7 @@ import (
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/dispatcher"
 	"github.com/windlass-dev/windlass/dispatcher/mcpserver"
+	"github.com/windlass-dev/windlass/internal/fleettest"
 	"github.com/windlass-dev/windlass/worker/mcptool"
 )
 
@@ -52,7 +53,7 @@ func TestRemoteToolsInTheFleet(t *testing.T) {
 	f := newFleet(t)
 	remote := newRemote(t, remoteTools())
 	b := f.startBridge(mcptool.Config{Servers: []mcptool.Server{{URL: remote.URL()}}, Reserved: []string{"echo"}})
-	f.waitTools("the remote tools in the catalog", "a_b", "a_b_2", "broken", "echo_2", "echo_args", "weather")
+	fleettest.WaitCatalog(t, f.d, "a_b", "a_b_2", "broken", "echo_2", "echo_args", "weather") // the remote tools in the catalog
 
 	want := []mcptool.Mapping{
 		{Tool: "a_b", Remote: "a.b", URL: remote.URL()},
@@ -116,18 +117,18 @@ func TestRemoteListChanged(t *testing.T) {
 	})
 	remote := newRemote(t, server)
 	f.startBridge(mcptool.Config{Servers: []mcptool.Server{{URL: remote.URL(), Prefix: "r_"}}})
-	f.waitTools("the first tool", "r_first")
+	fleettest.WaitCatalog(t, f.d, "r_first") // the first tool
 
 	server.AddTool(&mcp.Tool{Name: "second", InputSchema: object(`{}`)}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		return textResult("two"), nil
 	})
-	f.waitTools("a tool the server added", "r_first", "r_second")
+	fleettest.WaitCatalog(t, f.d, "r_first", "r_second") // a tool the server added
 	r, _ := f.d.Call(t.Context(), "r_second", nil, dispatcher.WithTimeout(30*time.Second))
 	if r.Content != "two" {
 		t.Errorf("r_second = %+v", r)
 	}
 	server.RemoveTools("first")
-	f.waitTools("only the tool left", "r_second")
+	fleettest.WaitCatalog(t, f.d, "r_second") // only the tool left
 	r, _ = f.d.Call(t.Context(), "r_second", nil, dispatcher.WithTimeout(30*time.Second))
 	if r.Content != "two" {
 		t.Errorf("r_second after the other was removed = %+v", r)
@@ -143,7 +144,7 @@ func TestReconnectAfterRemoteRestart(t *testing.T) {
 	})
 	remote := newRemote(t, server)
 	f.startBridge(mcptool.Config{Servers: []mcptool.Server{{URL: remote.URL()}}, MaxBackoff: 200 * time.Millisecond})
-	f.waitTools("ping", "ping")
+	fleettest.WaitCatalog(t, f.d, "ping")
 
 	// The server goes away; while it is down it gains a tool, which only a
 	// new session's tools/list can reveal.
@@ -152,7 +153,7 @@ func TestReconnectAfterRemoteRestart(t *testing.T) {
 		return textResult("ping"), nil
 	})
 	remote.start(remote.addr)
-	f.waitTools("the tools listed after reconnecting", "ping", "pong")
+	fleettest.WaitCatalog(t, f.d, "ping", "pong") // the tools listed after reconnecting
 	for _, c := range []struct{ tool, want string }{{"ping", "pong"}, {"pong", "ping"}} {
 		r, _ := f.d.Call(t.Context(), c.tool, nil, dispatcher.WithTimeout(30*time.Second))
 		if r.Content != c.want || r.IsError {
@@ -168,7 +169,7 @@ func TestMCPClientThroughFleetToRemote(t *testing.T) {
 	f := newFleet(t)
 	remote := newRemote(t, remoteTools())
 	f.startBridge(mcptool.Config{Servers: []mcptool.Server{{URL: remote.URL(), Prefix: "remote_"}}})
-	f.waitTools("the remote tools", "remote_a_b", "remote_a_b_2", "remote_broken", "remote_echo", "remote_echo_args", "remote_weather")
+	fleettest.WaitCatalog(t, f.d, "remote_a_b", "remote_a_b_2", "remote_broken", "remote_echo", "remote_echo_args", "remote_weather") // the remote tools
 
 	h, err := mcpserver.New(t.Context(), mcpserver.Config{Dispatcher: f.d})
 	if err != nil {

@@ -11,50 +11,34 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
 	"github.com/windlass-dev/windlass/dispatcher"
-	"github.com/windlass-dev/windlass/internal/testserver"
-	"github.com/windlass-dev/windlass/registry"
+	"github.com/windlass-dev/windlass/internal/fleettest"
 	"github.com/windlass-dev/windlass/worker/mcptool"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// fleet is one test's NATS, Redis, registry and dispatcher.
+// fleet is one test's fleet (see fleettest) and a dispatcher on it.
 type fleet struct {
-	t     *testing.T
-	nats  *testserver.NATS
-	redis *testserver.Redis
-	reg   *registry.Registry
-	d     *dispatcher.Dispatcher
+	*fleettest.Fleet
+	t *testing.T
+	d *dispatcher.Dispatcher
 }
 
+// newFleet starts a fleet whose leases last 3s, and a dispatcher.
 func newFleet(t *testing.T) *fleet {
 	t.Helper()
-	f := &fleet{t: t, nats: testserver.StartNATS(t), redis: testserver.StartRedis(t)}
-	var err error
-	f.reg, err = registry.New(registry.Config{Client: f.redis.Client(t), TTL: 3 * time.Second, ResyncInterval: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.d, err = dispatcher.New(t.Context(), dispatcher.Config{Conn: f.nats.Connect(t), Registry: f.reg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = f.d.Close() })
+	f := &fleet{Fleet: fleettest.New(t, fleettest.WithRegistryTTL(3*time.Second)), t: t}
+	f.d = f.Dispatcher(dispatcher.Config{})
 	return f
 }
 
 // startBridge runs a bridge over the servers until the test ends.
 func (f *fleet) startBridge(cfg mcptool.Config) *mcptool.Bridge {
 	f.t.Helper()
-	js, err := jetstream.New(f.nats.Connect(f.t))
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	cfg.Worker.JetStream, cfg.Worker.Registry = js, f.reg
+	cfg.Worker.JetStream, cfg.Worker.Registry = f.JetStream(), f.NewRegistry()
 	cfg.Worker.ShutdownGrace = 5 * time.Second
 	// A call the server hands to a retiring generation's last pull request
 	// is redelivered after the ack wait (see the package doc): keep it short.
@@ -82,23 +66,6 @@ func cmpDuration(a, b time.Duration) time.Duration {
 	return b
 }
 
-// waitTools waits until the dispatcher's catalog lists exactly names.
-func (f *fleet) waitTools(what string, names ...string) {
-	f.t.Helper()
-	waitFor(f.t, 30*time.Second, what, func() bool {
-		cat, _ := f.d.Catalog(context.Background())
-		if len(cat) != len(names) {
-			return false
-		}
-		for i, e := range cat {
-			if e.Spec.Name != names[i] {
-				return false
-			}
-		}
-		return true
-	})
-}
-
 // remoteServer is an MCP server built with the SDK, on a restartable
 // test HTTP server.
 type remoteServer struct {
@@ -123,7 +90,7 @@ func (r *remoteServer) start(addr string) {
 	r.t.Helper()
 	var l net.Listener
 	var err error
-	waitFor(r.t, 10*time.Second, "listen on "+addr, func() bool {
+	fleettest.WaitFor(r.t, 10*time.Second, "listen on "+addr, func() bool {
 		l, err = net.Listen("tcp", addr)
 		return err == nil
 	})
@@ -162,16 +129,4 @@ func textResult(text string) *mcp.CallToolResult {
 
 func object(props string) json.RawMessage {
 	return json.RawMessage(`{"type":"object","properties":` + props + `}`)
-}
-
-// waitFor polls cond until it holds, failing the test after within.
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, within)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }

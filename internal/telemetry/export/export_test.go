@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"go.opentelemetry.io/otel"
 	"go.uber.org/goleak"
 
 	"github.com/windlass-dev/windlass"
@@ -70,6 +71,15 @@ func TestOTLPAndPrometheus(t *testing.T) {
 		mu.Unlock()
 	}))
 	defer collector.Close()
+	// Setup installs the global providers: put back what was there, so
+	// that a later test (or this package's tests again, with -count) finds
+	// nothing installed.
+	tp, mp, prop := otel.GetTracerProvider(), otel.GetMeterProvider(), otel.GetTextMapPropagator()
+	t.Cleanup(func() {
+		otel.SetTracerProvider(tp)
+		otel.SetMeterProvider(mp)
+		otel.SetTextMapPropagator(prop)
+	})
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", collector.URL)
 	t.Setenv("OTEL_METRICS_EXPORTER", "none")
 
