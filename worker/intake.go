@@ -55,11 +55,17 @@ func (d *delivery) end(w *Worker) {
 // go on to the next check.
 type guard func(*delivery) (o outcome, stop bool)
 
+// intakeGuards lists the intake's checks in the order they run; New sets
+// w.guards from it once, so no call builds the list again.
+func (w *Worker) intakeGuards() []guard {
+	return []guard{w.decode, w.admitGated, w.alreadyAnswered, w.outOfDeliveries, w.refuse, w.canceledBefore}
+}
+
 // intake runs the guards in order, each of them once the earlier ones have
 // passed, and returns the first outcome that stops the call; ok when every
 // guard passed and the call may run.
 func (w *Worker) intake(d *delivery) (outcome, bool) {
-	for _, g := range [...]guard{w.decode, w.admitGated, w.alreadyAnswered, w.outOfDeliveries, w.refuse, w.canceledBefore} {
+	for _, g := range w.guards {
 		if o, stop := g(d); stop {
 			return o, false
 		}

@@ -184,6 +184,7 @@ type Worker struct {
 
 	slots    chan struct{} // process-wide concurrency
 	handlers *handlers     // takes calls in and settles them
+	guards   []guard       // the intake's checks, in order (see intake)
 	beats    beats         // the running calls' heartbeats, one ticker for all
 	stats    stats
 
@@ -207,9 +208,11 @@ func New(cfg Config) (*Worker, error) {
 	if releases == nil {
 		releases = release.NewVerifier() // fail closed
 	}
-	return &Worker{cfg: cfg, tools: map[string]*registered{}, slots: make(chan struct{}, cfg.MaxConcurrency), cancels: newCancellations(),
+	w := &Worker{cfg: cfg, tools: map[string]*registered{}, slots: make(chan struct{}, cfg.MaxConcurrency), cancels: newCancellations(),
 		handlers: newHandlers(maxHandlers), releases: releases,
-		tracer: telemetry.NewTracer(cfg.TracerProvider), metrics: telemetry.NewWorkerMetrics(cfg.MeterProvider)}, nil
+		tracer: telemetry.NewTracer(cfg.TracerProvider), metrics: telemetry.NewWorkerMetrics(cfg.MeterProvider)}
+	w.guards = w.intakeGuards()
+	return w, nil
 }
 
 // ID returns the worker's id.
