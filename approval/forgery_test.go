@@ -37,7 +37,7 @@ func newForger(f *fleet) *forger {
 // message id, and returns the stream sequence the calls stream gave it.
 func (g *forger) publish(body []byte, hdr, origin string) uint64 {
 	g.f.t.Helper()
-	m := &nats.Msg{Subject: layout.CallSubject("pay"), Data: body, Header: nats.Header{
+	m := &nats.Msg{Subject: layout.CallSubject("pay", bodyID(body)), Data: body, Header: nats.Header{
 		layout.HeaderOrigin: []string{origin}, nats.MsgIdHdr: []string{"forged-" + windlass.NewCallID()}}}
 	if hdr != "" {
 		m.Header.Set(release.Header, hdr)
@@ -115,7 +115,7 @@ type capture struct {
 
 func (f *fleet) capture() *capture {
 	c := &capture{t: f.t, first: map[string]*nats.Msg{}}
-	sub, err := f.Conn().Subscribe(layout.CallSubject("pay"), func(m *nats.Msg) {
+	sub, err := f.Conn().Subscribe(layout.CallsOfTool("pay"), func(m *nats.Msg) {
 		var call windlass.ToolCall
 		if !strings.HasPrefix(m.Header.Get(nats.MsgIdHdr), "release:") || json.Unmarshal(m.Data, &call) != nil {
 			return // not the approval service's
@@ -321,4 +321,16 @@ func (f *fleet) approve(id string) {
 	if code, body := f.do("POST", "/v1/approvals/"+id+"/approve", "alice", map[string]any{"args_hash": h.ArgsHash}); code != http.StatusOK {
 		f.t.Fatalf("approve %s = %d %v", id, code, body)
 	}
+}
+
+// bodyID is the id of the call a raw message body holds, for the subject
+// it goes on ("unreadable" when it holds none: garbage still needs one).
+func bodyID(body []byte) string {
+	var c struct {
+		ID string `json:"id"`
+	}
+	if json.Unmarshal(body, &c) != nil || c.ID == "" {
+		return "unreadable"
+	}
+	return c.ID
 }

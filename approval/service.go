@@ -442,7 +442,7 @@ func (s *Service) release(ctx context.Context, h *HeldCall) error {
 	if err != nil {
 		return err
 	}
-	m := &nats.Msg{Subject: layout.CallSubject(h.Tool), Data: data, Header: nats.Header{
+	m := &nats.Msg{Subject: layout.CallSubject(h.Tool, h.ID), Data: data, Header: nats.Header{
 		nats.MsgIdHdr: []string{s.cfg.Signer.MessageID(h.ID)}, layout.HeaderOrigin: []string{origin}, release.Header: []string{hdr},
 		layout.HeaderProtocol: []string{fmt.Sprint(windlass.ProtocolVersion)}}}
 	if h.traceparent != "" {

@@ -35,7 +35,7 @@ func TestHoldIsASpanLinkedToTheCall(t *testing.T) {
 	f.cfg.TracerProvider, f.cfg.MeterProvider = tp, mp
 	f.startService()
 	d := f.Dispatcher(dispatcher.Config{TracerProvider: tp})
-	releases, err := f.Conn().SubscribeSync(layout.CallSubject("pay"))
+	releases, err := f.Conn().SubscribeSync(layout.CallsOfTool("pay"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,6 @@ import (
 	"github.com/windlass-dev/windlass/approval/release"
 	"github.com/windlass-dev/windlass/internal/layout"
 	"github.com/windlass-dev/windlass/internal/retry"
-	"github.com/windlass-dev/windlass/internal/streamread"
 )
 
 // CallOption configures one call.
@@ -60,6 +59,7 @@ type prepared struct {
 	subject  string
 	msg      nats.Msg
 	ownID    bool        // the caller chose the id: a resubmit must be recognised
+	gated    bool        // published for the approval service, not the tool
 	argsHash string      // the arguments' canonical hash, for a caller's own id
 	opts     callOptions // as the caller set them
 }
@@ -123,12 +123,15 @@ func (d *Dispatcher) prepare(ctx context.Context, name string, args any, opts []
 	if err != nil {
 		return nil, &windlass.CallError{Code: windlass.CodeInvalidArguments, Message: fmt.Sprintf("encode call: %v", err)}
 	}
-	subject := d.subject(name, info.Spec.RequiresApproval)
+	subject := d.subject(name, call.ID, info.Spec.RequiresApproval)
 	p.msg = nats.Msg{Subject: subject, Data: data, Header: nats.Header{
 		nats.MsgIdHdr:         []string{call.ID},
 		layout.HeaderOrigin:   d.originHeader, // shared, never modified
 		layout.HeaderProtocol: protocolHeader,
 	}}
+	if p.argsHash != "" {
+		p.msg.Header[layout.HeaderArgsHash] = []string{p.argsHash}
+	}
 	size := layout.MessageSize(&p.msg)
 	if d.tracer.Enabled() {
 		size += traceHeaderReserve // traceparent, injected by publish
@@ -140,7 +143,7 @@ func (d *Dispatcher) prepare(ctx context.Context, name string, args any, opts []
 		return nil, &windlass.CallError{Code: windlass.CodePayloadTooLarge, Message: fmt.Sprintf(
 			"The call to %q is %d bytes encoded, over the NATS server's max payload of %d bytes; send large inputs by reference.", name, size, max)}
 	}
-	p.call, p.subject, p.ownID = call, subject, o.id != ""
+	p.call, p.subject, p.ownID, p.gated = call, subject, o.id != "", info.Spec.RequiresApproval
 	return p, nil
 }
 
@@ -150,21 +153,18 @@ var protocolVersion = fmt.Sprint(windlass.ProtocolVersion)
 // every message, so never modified.
 var protocolHeader = []string{protocolVersion}
 
-// subject returns the subject a tool's calls are published on (its
-// approvals subject for a gated tool), built once per tool and kind.
-func (d *Dispatcher) subject(tool string, gated bool) string {
-	subjects := &d.callSubjects
-	if gated {
-		subjects = &d.approvalSubjects
+// subject returns the subject a call is published on: its own under the
+// tool's calls, or the tool's approvals subject for a gated tool (built
+// once per tool).
+func (d *Dispatcher) subject(tool, callID string, gated bool) string {
+	if !gated {
+		return layout.CallSubject(tool, callID)
 	}
-	if s, ok := subjects.Load(tool); ok {
+	if s, ok := d.approvalSubjects.Load(tool); ok {
 		return s.(string)
 	}
-	s := layout.CallSubject(tool)
-	if gated {
-		s = layout.ApprovalSubject(tool)
-	}
-	subjects.Store(tool, s)
+	s := layout.ApprovalSubject(tool)
+	d.approvalSubjects.Store(tool, s)
 	return s
 }
 
@@ -203,16 +203,17 @@ func (d *Dispatcher) schema(spec windlass.Spec, hash string) (*windlass.Argument
 // publish sends a prepared call durably; the stream deduplicates by call
 // id. duplicate reports that a call with this id was already accepted (a
 // retried submit), whose result goes wherever the first submit asked. A
-// call id the caller chose is also looked up in the events stream first,
-// which remembers accepted calls as long as results, well beyond the
-// stream's duplicate window. An accepted call gets its queued event, stored
-// before publish returns.
+// call id the caller chose is also looked up first (see find: the call's
+// message, its result, its queued event), which remembers accepted calls
+// as long as results, well beyond the stream's duplicate window. A gated
+// call gets its queued event, stored before publish returns: its message
+// goes to the approval service, so the calls stream does not hold it.
 func (d *Dispatcher) publish(ctx context.Context, p *prepared) (duplicate bool, err error) {
 	ctx, span := d.startSend(ctx, p)
 	defer func() { endSend(span, err) }()
 	if p.ownID {
-		if q, ok := d.queuedRecord(ctx, p.call.ID, false); ok {
-			return true, conflict(p, q)
+		if rec, ok := d.recordOf(ctx, p.call.ID, false); ok {
+			return true, conflict(p, rec)
 		}
 	}
 	// Never try to publish past the call's own deadline (Call's ctx ends
@@ -229,8 +230,8 @@ func (d *Dispatcher) publish(ctx context.Context, p *prepared) (duplicate bool, 
 		return false, &windlass.CallError{Code: windlass.CodeUnavailable, Message: fmt.Sprintf("The fleet could not accept the call: %v", err)}
 	}
 	switch {
-	case !ack.Duplicate:
-		if q, taken := d.publishQueued(ctx, p, queuedAt); taken && conflict(p, q) != nil {
+	case !ack.Duplicate && p.gated:
+		if q, taken := d.publishQueued(ctx, p, queuedAt); taken && conflict(p, recordFromEvent(q)) != nil {
 			// A record of another call with this id, older than the
 			// duplicate window, that the look-up before the publish
 			// missed (the stream unreadable then). This call is accepted
@@ -238,12 +239,23 @@ func (d *Dispatcher) publish(ctx context.Context, p *prepared) (duplicate bool, 
 			d.cfg.Logger.WarnContext(ctx, "dispatcher: accepted a call whose id an older call with other arguments used; its queued record stays the older call's", "call_id", p.call.ID)
 		}
 		return false, nil
-	case retried:
+	case !ack.Duplicate:
+		return false, nil // the call's message is its record
+	case retried && p.gated:
 		// Most likely this publish's own earlier attempt, stored but not
 		// acknowledged. But another submit of the id may have come first:
 		// its record, written create-only, says which call is stored.
 		if q, taken := d.publishQueued(ctx, p, queuedAt); taken {
-			return true, conflict(p, q)
+			return true, conflict(p, recordFromEvent(q))
+		}
+		return p.ownID, nil
+	case retried:
+		// Most likely this publish's own earlier attempt; the stored
+		// message says whether it is this call.
+		if rec, ok := d.recordOf(ctx, p.call.ID, true); ok {
+			if err := conflict(p, rec); err != nil {
+				return true, err
+			}
 		}
 		// A random id can only be ours; a caller's own id is still waited
 		// for by id, in case another submit of it came first.
@@ -252,29 +264,32 @@ func (d *Dispatcher) publish(ctx context.Context, p *prepared) (duplicate bool, 
 	// Another submit of this id, within the duplicate window, perhaps this
 	// very moment on another instance: it is the same call only if it has
 	// the same tool and arguments.
-	if q, ok := d.queuedRecord(ctx, p.call.ID, true); ok {
-		return true, conflict(p, q)
+	if rec, ok := d.recordOf(ctx, p.call.ID, true); ok {
+		return true, conflict(p, rec)
 	}
 	return true, nil
 }
 
 // conflict is the id_conflict refusal of a call whose id is taken by the
-// call queued records: another tool, or other arguments (when both
-// submits chose the id, so both have a hash); nil when it is the same
-// call.
-func conflict(p *prepared, queued windlass.Event) error {
+// call rec records: another tool, or other arguments (when both submits
+// chose the id, so both have a hash); nil when it is the same call.
+func conflict(p *prepared, rec callRecord) error {
 	var differs string
 	switch {
-	case queued.Tool != "" && queued.Tool != p.call.Name:
-		differs = fmt.Sprintf("of tool %q, not %q", queued.Tool, p.call.Name)
-	case queued.ArgsHash != "" && p.argsHash != "" && queued.ArgsHash != p.argsHash:
-		differs = fmt.Sprintf("of %q with other arguments (canonical SHA-256 %s, these %s)", p.call.Name, queued.ArgsHash, p.argsHash)
+	case rec.tool != "" && rec.tool != p.call.Name:
+		differs = fmt.Sprintf("of tool %q, not %q", rec.tool, p.call.Name)
+	case rec.argsHash != "" && p.argsHash != "" && rec.argsHash != p.argsHash:
+		differs = fmt.Sprintf("of %q with other arguments (canonical SHA-256 %s, these %s)", p.call.Name, rec.argsHash, p.argsHash)
 	default:
 		return nil
 	}
+	accepted := ""
+	if !rec.queuedAt.IsZero() {
+		accepted = ", accepted at " + rec.queuedAt.UTC().Format(time.RFC3339)
+	}
 	return &windlass.CallError{Code: windlass.CodeIDConflict, Message: fmt.Sprintf(
-		"Call id %q is taken by another call %s, accepted at %s; it was not submitted again. Use a new id for a new call; the same id is the same call only with the same tool and arguments.",
-		p.call.ID, differs, queued.Time.UTC().Format(time.RFC3339))}
+		"Call id %q is taken by another call %s%s; it was not submitted again. Use a new id for a new call; the same id is the same call only with the same tool and arguments.",
+		p.call.ID, differs, accepted)}
 }
 
 // publishAttempt bounds one attempt to publish a call. A publish whose
@@ -339,8 +354,8 @@ func (d *Dispatcher) call(ctx context.Context, p *prepared) (windlass.ToolResult
 		// The same id is in flight on this instance: a retried Call. If it
 		// is the same call (tool and arguments), wait for its one result,
 		// as a retry on another instance does.
-		if q, ok := d.queuedRecord(waitCtx, p.call.ID, true); ok {
-			if err := conflict(p, q); err != nil {
+		if rec, ok := d.recordOf(waitCtx, p.call.ID, true); ok {
+			if err := conflict(p, rec); err != nil {
 				return refusal(name, err)
 			}
 		}
@@ -432,14 +447,8 @@ func (d *Dispatcher) Result(ctx context.Context, callID string) (windlass.ToolRe
 	if err := windlass.ValidateCallID(callID); err != nil {
 		return windlass.ToolResult{}, fmt.Errorf("dispatcher: result: %w", err)
 	}
-	data, err := streamread.First(ctx, d.cfg.Conn, d.results, layout.ResultByCall(callID))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return windlass.ToolResult{}, fmt.Errorf("%w: %q", ErrNoResult, callID)
-	}
-	if err != nil {
-		return windlass.ToolResult{}, fmt.Errorf("dispatcher: fetch result of %q: %w", callID, err)
-	}
-	return decodeResult(callID, data)
+	r, _, err := d.storedResult(ctx, callID)
+	return r, err
 }
 
 func decodeResult(callID string, data []byte) (windlass.ToolResult, error) {

@@ -48,18 +48,13 @@ func (d *Dispatcher) Cancel(ctx context.Context, callID, reason string) error {
 	if d.closed.Load() {
 		return ErrClosed
 	}
-	r, err := d.Result(ctx, callID)
-	switch {
-	case err == nil:
-		return &FinishedError{Result: r}
-	case !errors.Is(err, ErrNoResult):
-		return fmt.Errorf("%w: cancel %q: %w", ErrUnavailable, callID, err)
-	}
-	queued, ok, err := d.lastEvent(ctx, callID, windlass.EventQueued)
+	k, err := d.find(ctx, callID)
 	switch {
 	case err != nil:
 		return fmt.Errorf("%w: cancel %q: %w", ErrUnavailable, callID, err)
-	case !ok:
+	case k.result != nil:
+		return &FinishedError{Result: *k.result}
+	case !k.found:
 		return fmt.Errorf("%w: %q", ErrUnknownCall, callID)
 	}
 	data, err := json.Marshal(windlass.Cancellation{CallID: callID, Reason: reason, At: time.Now()})
@@ -74,18 +69,20 @@ func (d *Dispatcher) Cancel(ctx context.Context, callID, reason string) error {
 	// Answer the caller now. The results stream keeps one answer per call
 	// id: if the tool's result was published in the meantime, this one is
 	// dropped as a duplicate, and the first answer stands.
-	r = windlass.ResultFromError(windlass.ToolCall{ID: callID, Name: queued.Tool}, windlass.CancelCause(reason))
+	r := windlass.ResultFromError(windlass.ToolCall{ID: callID, Name: k.rec.tool}, windlass.CancelCause(reason))
 	res, err := json.Marshal(r)
 	if err != nil {
 		return fmt.Errorf("dispatcher: cancel %q: %w", callID, err)
 	}
-	origin := queued.Origin
+	origin := k.rec.origin
 	if windlass.ValidateName(origin) != nil {
 		origin = "anonymous"
 	}
-	if _, err := d.js.PublishMsg(ctx, &nats.Msg{Subject: layout.ResultSubject(origin, callID), Data: res, Header: nats.Header{
+	m := &nats.Msg{Subject: layout.ResultSubject(origin, callID), Data: res, Header: nats.Header{
 		nats.MsgIdHdr: []string{layout.ResultMsgID(callID)}, layout.HeaderProtocol: []string{protocolVersion},
-	}}); err != nil {
+	}}
+	layout.SetCallRecord(m.Header, k.rec.queuedAt, k.rec.deadline, k.rec.argsHash)
+	if _, err := d.js.PublishMsg(ctx, m); err != nil {
 		// The cancellation is recorded: the worker that holds or pulls
 		// the call answers it canceled.
 		return fmt.Errorf("dispatcher: cancel %q: canceled, but answering its caller failed (its worker will): %w", callID, err)

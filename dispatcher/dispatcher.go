@@ -79,6 +79,7 @@ type Config struct {
 type Dispatcher struct {
 	cfg      Config
 	js       jetstream.JetStream
+	calls    jetstream.Stream
 	results  jetstream.Stream
 	events   jetstream.Stream
 	cancels  jetstream.Stream
@@ -96,7 +97,7 @@ type Dispatcher struct {
 	pending sync.Map // call id -> chan windlass.ToolResult (buffered 1)
 	schemas sync.Map // spec hash -> *windlass.ArgumentsSchema
 
-	callSubjects, approvalSubjects sync.Map // tool name -> its calls' subject
+	approvalSubjects sync.Map // tool name -> its approvals subject
 
 	unclaimed atomic.Int64
 	closed    atomic.Bool
@@ -155,7 +156,7 @@ func New(ctx context.Context, cfg Config) (*Dispatcher, error) {
 	}
 	d := &Dispatcher{cfg: cfg, js: js, done: make(chan struct{}), sweeperDone: make(chan struct{}), originHeader: []string{cfg.ID}}
 	for name, s := range map[string]*jetstream.Stream{
-		layout.ResultsStream: &d.results, layout.EventsStream: &d.events, layout.CancelsStream: &d.cancels, layout.DeadStream: &d.dead,
+		layout.CallsStream: &d.calls, layout.ResultsStream: &d.results, layout.EventsStream: &d.events, layout.CancelsStream: &d.cancels, layout.DeadStream: &d.dead,
 		layout.RefusalsStream: &d.refusals,
 	} {
 		if *s, err = js.Stream(ctx, name); err != nil {

@@ -16,11 +16,12 @@ import (
 	"github.com/windlass-dev/windlass/internal/retry"
 )
 
-// publishQueued records that the fleet accepted call, and waits until the
-// events stream has stored it: Cancel, Status and Watch on any instance
-// find the call by this event (and a resubmit of a caller-chosen id past
-// the calls stream's duplicate window), so it must be there once Submit
-// returns or Call waits. A failure is logged, not returned: the call is
+// publishQueued records that the fleet accepted a gated call, and waits
+// until the events stream has stored it: its message goes to the approval
+// service, not the calls stream, so Cancel, Status and Watch on any
+// instance find it by this event (and a resubmit of a caller-chosen id past
+// the duplicate window), and it must be there once Submit returns or Call
+// waits. A failure is logged, not returned: the call is
 // accepted all the same. at is taken before the call was published, so
 // (on one clock) the queued time never follows a worker's start.
 //
@@ -84,36 +85,14 @@ func (d *Dispatcher) readEvent(ctx context.Context, callID string, kind windlass
 	return e, nil
 }
 
-// queuedRecord reads the call's queued record. A read that fails (a
-// reconnect, a leader election) is made again, with backoff, for up to
-// queuedGrace; so is one that finds none when due is true: another submit
-// of the id was accepted a moment ago (the calls stream said duplicate) and
-// stores its record right after. false when the record is not there, or
-// could not be read in time: then the calls stream's duplicate window is
-// what remains to catch a resubmit.
-func (d *Dispatcher) queuedRecord(ctx context.Context, callID string, due bool) (windlass.Event, bool) {
-	q, err := retry.Value(ctx, retry.Policy{Initial: 10 * time.Millisecond, Max: 200 * time.Millisecond, For: queuedGrace}, func(ctx context.Context) (windlass.Event, error) {
-		q, err := d.readEvent(ctx, callID, windlass.EventQueued)
-		if errors.Is(err, jetstream.ErrMsgNotFound) && !due {
-			return q, retry.Permanent(err)
-		}
-		return q, err
-	})
-	if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) && ctx.Err() == nil {
-		d.cfg.Logger.WarnContext(ctx, "dispatcher: could not check whether the call id was used before; relying on the duplicate window", "call_id", callID, "error", err)
-	}
-	return q, err == nil
-}
-
 // Watch follows a call's life from any dispatcher instance: the events so
 // far (queued, started, progress, retrying), then the live ones, and last a
 // finished event carrying the result, after which the sequence ends. It is
 // bounded like [Dispatcher.Wait]; when the wait ends without a result, or
 // the call id is invalid, the sequence ends with the error.
 //
-// The queued event comes first even when the worker's started event reached
-// the events stream before it (the dispatcher publishes it once the call is
-// accepted, while a worker may already have it); every event stored before
+// The queued event, made from the call's record (see PROTOCOL.md, "Call
+// records"), comes first; every event stored before
 // the result was seen comes before finished. An attempt that finished
 // within a few milliseconds has no stored started event (see PROTOCOL.md,
 // Events); Watch yields one made from the result's StartedAt instead.
@@ -140,6 +119,11 @@ func (d *Dispatcher) Watch(ctx context.Context, callID string) iter.Seq2[windlas
 			return
 		}
 		defer stopFollowing()
+		// The call's record is its queued event; read after the follower
+		// started, so no event is missed (best effort: see eventOrder).
+		if k, err := d.find(ctx, callID); err == nil && k.found && !w.order.emit(queuedEvent(callID, k.rec)) {
+			return
+		}
 		finished := make(chan waited, 1)
 		go func() {
 			r, err := d.Wait(ctx, callID)
@@ -249,9 +233,9 @@ func (w *watch) end(ctx context.Context, r windlass.ToolResult) {
 	}
 	o := &w.order
 	if !o.queuedDone {
-		// Best effort: a queued event that cannot be read now is left out,
-		// not waited for.
-		if q, ok, _ := w.d.lastEvent(ctx, w.callID, windlass.EventQueued); ok && !o.emit(q) {
+		// Best effort: a record that cannot be read now is left out, not
+		// waited for.
+		if k, err := w.d.find(ctx, w.callID); err == nil && k.found && !o.emit(queuedEvent(w.callID, k.rec)) {
 			return
 		}
 	}
@@ -330,11 +314,16 @@ func (d *Dispatcher) deleteWatchConsumer(ctx context.Context, callID string, con
 	}
 }
 
-// eventOrder yields a call's events with its queued event first. The
-// dispatcher publishes queued after the calls stream accepted the call, so
-// a worker's started event can reach the events stream first; events that
-// arrive before queued are held until it comes, or for queuedGrace (a call
-// published by other means has no queued event).
+// queuedEvent is the queued event of a call's record.
+func queuedEvent(callID string, rec callRecord) windlass.Event {
+	return windlass.Event{CallID: callID, Kind: windlass.EventQueued, Tool: rec.tool, Time: rec.queuedAt, Deadline: rec.deadline, Origin: rec.origin, ArgsHash: rec.argsHash}
+}
+
+// eventOrder yields a call's events with its queued event first. Watch
+// makes the queued event from the call's record when it starts; when the
+// record cannot be read then, events that arrive before a queued event are
+// held until one comes (a gated call's, from the events stream), or for
+// queuedGrace.
 type eventOrder struct {
 	yield      func(windlass.Event, error) bool
 	held       []windlass.Event

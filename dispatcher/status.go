@@ -91,8 +91,10 @@ type CallStatus struct {
 var ErrUnavailable = errors.New("dispatcher: unavailable, try again")
 
 // Status reports a call's latest known state, from any dispatcher
-// instance: its result when it has one; else its latest events (queued,
-// started, progress, retrying) and what the approval service knows of it.
+// instance: its result when it has one; else its record (the call's
+// message, or a gated call's queued event), its latest events (started,
+// progress, retrying) and what the approval service knows of it. A finished
+// call keeps its queued time and deadline (from its result's headers).
 // [StateUnknown] means every source answered and none knows the call;
 // when one cannot be read (NATS down or restarting, a stream not
 // recovered yet), the error wraps [ErrUnavailable].
@@ -104,20 +106,16 @@ func (d *Dispatcher) Status(ctx context.Context, callID string) (CallStatus, err
 	unavailable := func(err error) (CallStatus, error) {
 		return CallStatus{ID: callID, State: StateUnknown}, fmt.Errorf("%w: status of %q: %w", ErrUnavailable, callID, err)
 	}
-	r, err := d.Result(ctx, callID)
-	switch {
-	case err == nil:
-		st.State, st.Result, st.Tool, st.Attempt, st.Worker, st.StartedAt = StateFinished, &r, r.Name, r.Attempt, r.Worker, r.StartedAt
-		return st, nil
-	case !errors.Is(err, ErrNoResult):
-		return unavailable(err)
-	}
-	q, hasQueued, err := d.lastEvent(ctx, callID, windlass.EventQueued)
+	k, err := d.find(ctx, callID)
 	if err != nil {
 		return unavailable(err)
 	}
-	if hasQueued {
-		st.State, st.Tool, st.QueuedAt, st.Deadline = StateQueued, q.Tool, q.Time, q.Deadline
+	if k.found {
+		st.State, st.Tool, st.QueuedAt, st.Deadline = StateQueued, k.rec.tool, k.rec.queuedAt, k.rec.deadline
+	}
+	if r := k.result; r != nil {
+		st.State, st.Result, st.Tool, st.Attempt, st.Worker, st.StartedAt = StateFinished, r, r.Name, r.Attempt, r.Worker, r.StartedAt
+		return st, nil
 	}
 	started, hasStarted, err := d.lastEvent(ctx, callID, windlass.EventStarted)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/windlass-dev/windlass"
+	"github.com/windlass-dev/windlass/internal/layout"
 	"github.com/windlass-dev/windlass/internal/telemetry"
 )
 
@@ -22,11 +23,16 @@ func (d *Dispatcher) startSend(ctx context.Context, p *prepared) (context.Contex
 	if !d.tracer.Enabled() {
 		return ctx, noop.Span{}
 	}
-	ctx, span := d.tracer.Start(ctx, telemetry.SendSpanName(p.subject),
+	dest, template := p.subject, p.subject
+	if !p.gated {
+		dest, template = layout.CallDestination(p.call.Name), layout.CallsOfTool(p.call.Name)
+	}
+	ctx, span := d.tracer.Start(ctx, telemetry.SendSpanName(dest),
 		trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(
 			telemetry.MessagingSystem.String(telemetry.SystemNATS),
 			telemetry.MessagingDestinationName.String(p.subject),
+			telemetry.MessagingDestinationTemplate.String(template),
 			telemetry.MessagingMessageID.String(p.call.ID),
 			telemetry.MessagingOperationType.String(telemetry.OperationSend),
 			telemetry.MessagingOperationName.String(telemetry.OperationSend),

@@ -116,7 +116,7 @@ func TestTracingOnInjectsTheProducerSpan(t *testing.T) {
 		attrs[string(a.Key)] = a.Value.String()
 	}
 	for k, v := range map[string]string{
-		"messaging.system": "nats", "messaging.destination.name": "windlass.call.greet", "messaging.message.id": p.call.ID,
+		"messaging.system": "nats", "messaging.destination.name": layout.CallSubject("greet", p.call.ID), "messaging.destination.template": "windlass.call.greet.*", "messaging.message.id": p.call.ID,
 		"messaging.operation.type": "send", "gen_ai.tool.name": "greet", "gen_ai.tool.call.id": p.call.ID,
 	} {
 		if attrs[k] != v {

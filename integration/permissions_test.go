@@ -164,7 +164,7 @@ func TestWorkerDeniedQueueingACall(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
 	defer cancel()
-	_, err = js.Publish(ctx, layout.CallSubject("add"), []byte(`{"id":"c1","name":"add","arguments":{"a":1,"b":2}}`))
+	_, err = js.Publish(ctx, layout.CallSubject("add", "c1"), []byte(`{"id":"c1","name":"add","arguments":{"a":1,"b":2}}`))
 	if err == nil {
 		t.Fatal("a worker's publish of a call was acknowledged")
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/dispatcher"
 	"github.com/windlass-dev/windlass/internal/fleettest"
+	"github.com/windlass-dev/windlass/internal/layout"
 	"github.com/windlass-dev/windlass/internal/telemetry"
 	"github.com/windlass-dev/windlass/worker"
 )
@@ -187,7 +188,7 @@ func TestTraceAcrossProcesses(t *testing.T) {
 				t.Errorf("execute_tool span's parent %s, want the consumer span %s", execute.Parent.SpanID, process.SpanContext.SpanID)
 			}
 			for key, want := range map[string]string{
-				"messaging.system": "nats", "messaging.destination.name": "windlass.call." + tc.tool,
+				"messaging.system": "nats", "messaging.destination.name": layout.CallSubject(tc.tool, tc.callID), "messaging.destination.template": "windlass.call." + tc.tool + ".*",
 				"messaging.operation.type": "process", "messaging.message.id": tc.callID,
 				"messaging.consumer.group.name": "tool-" + tc.tool,
 			} {

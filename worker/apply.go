@@ -20,11 +20,13 @@ import (
 )
 
 // apply carries out a call's outcome, in this order: log its note; record a
-// drop's refusal or a dead call; publish the answer durably; count; send a
-// retry's event; stop the heartbeat; and last settle the message (ack,
-// terminate or nak). When the dead call or the answer cannot be stored the
-// message is left as it is: JetStream redelivers it after the ack wait, and
-// the redelivery settles it.
+// drop's refusal or a dead call; store the answer; count; send a retry's
+// event; stop the heartbeat; settle the message (ack, terminate or nak);
+// and end the delivery. The answer is stored through the worker's result
+// pipe, which does the rest once the results stream has acknowledged it,
+// so apply may return before. When the dead call or the answer cannot be
+// stored the message is left as it is: JetStream redelivers it after the
+// ack wait, and the redelivery settles it.
 func (w *Worker) apply(d *delivery, o outcome) {
 	ctx, log := d.ctx, d.log
 	if o.note != "" {
@@ -34,11 +36,20 @@ func (w *Worker) apply(d *delivery, o outcome) {
 	case o.verb == verbDrop:
 		w.recordRefusal(d, o.reason, o.detail)
 	case o.dead != nil && !w.recordDead(d, *o.dead, o.deliveries):
-		return // left for redelivery, which records it again
+		d.end(w) // left for redelivery, which records it again
+		return
 	}
-	if o.answers && !w.answer(d, o.answer) {
-		return // left for redelivery
+	if o.answers {
+		w.pipe.send(d, o)
+		return
 	}
+	w.conclude(d, o)
+}
+
+// conclude does what is left of an outcome once its answer, if it has
+// one, is stored: count it, send a retry's event, stop the heartbeat,
+// settle the message and end the delivery.
+func (w *Worker) conclude(d *delivery, o outcome) {
 	w.stats.add(o.count)
 	if o.retrying != nil {
 		d.hb.attemptEvent(o.retrying, false)
@@ -47,8 +58,9 @@ func (w *Worker) apply(d *delivery, o outcome) {
 		d.hb.stop() // nothing about the call goes out once it is settled
 	}
 	if err := settleMessage(d.msg, o); err != nil {
-		log.WarnContext(ctx, "worker: settling the call's message failed; it is redelivered after the ack wait", "verb", o.verb, "error", err)
+		d.log.WarnContext(d.ctx, "worker: settling the call's message failed; it is redelivered after the ack wait", "verb", o.verb, "error", err)
 	}
+	d.end(w)
 }
 
 // settleMessage acks, terminates or naks the call's message as o says.
@@ -83,17 +95,14 @@ func (s *stats) add(c counter) {
 	}
 }
 
-// answer publishes a call's answer durably and counts it; false, having
-// logged why, when it could not be stored.
-func (w *Worker) answer(d *delivery, result windlass.ToolResult) bool {
-	ctx, log := d.ctx, d.log
-	sent, err := w.publishResult(ctx, result, d.origin)
-	if err != nil {
-		log.ErrorContext(ctx, "worker: could not publish the result; leaving the call for redelivery", "error", err)
-		return false
+// countAnswer logs, meters and counts an answer the results stream stored.
+func (w *Worker) countAnswer(d *delivery, asked, sent windlass.ToolResult, duplicate bool) {
+	ctx := d.ctx
+	if sent.Code() == windlass.CodeResultTooLarge && asked.Code() != windlass.CodeResultTooLarge {
+		d.log.WarnContext(ctx, "worker: the tool's result is over the max payload; answered result_too_large", "error", sent.Content)
 	}
-	if sent.Code() == windlass.CodeResultTooLarge && result.Code() != windlass.CodeResultTooLarge {
-		log.WarnContext(ctx, "worker: the tool's result is over the max payload; answered result_too_large", "error", sent.Content)
+	if duplicate {
+		w.stats.duplicateResults.Add(1)
 	}
 	w.metrics.Answered(ctx, sent)
 	if sent.IsError {
@@ -102,20 +111,20 @@ func (w *Worker) answer(d *delivery, result windlass.ToolResult) bool {
 	} else {
 		w.stats.completed.Add(1)
 	}
-	return true
 }
 
-// publishResult publishes result to the results stream (see
-// publishDurably) and returns what it published. A result the stream drops
-// as a duplicate (the call already had one) is counted, not an error. A
-// result too large to publish is replaced by its result_too_large answer
-// (see tooLarge): the tool did its work, and leaving the call for
-// redelivery would only run it again, to the same end.
-func (w *Worker) publishResult(ctx context.Context, result windlass.ToolResult, origin string) (windlass.ToolResult, error) {
+// resultMessage encodes a call's result as its message on the results
+// stream, with the call's record in its headers (see
+// layout.SetCallRecord), and returns the result it holds: a result too
+// large to publish is replaced by its result_too_large answer (see
+// tooLarge): the tool did its work, and leaving the call for redelivery
+// would only run it again, to the same end.
+func (w *Worker) resultMessage(d *delivery, result windlass.ToolResult) (windlass.ToolResult, *nats.Msg, error) {
 	data, err := json.Marshal(result)
 	if err != nil {
-		return result, fmt.Errorf("encode result: %w", err)
+		return result, nil, fmt.Errorf("encode result: %w", err)
 	}
+	origin := d.origin
 	if !validOrigin(origin) {
 		origin = "anonymous"
 	}
@@ -124,21 +133,14 @@ func (w *Worker) publishResult(ctx context.Context, result windlass.ToolResult, 
 		Data:    data,
 		Header:  nats.Header{nats.MsgIdHdr: []string{layout.ResultMsgID(result.CallID)}, layout.HeaderProtocol: []string{protocolVersion}},
 	}
+	if d.meta != nil {
+		layout.SetCallRecord(m.Header, d.meta.Timestamp, d.call.Deadline, d.msg.Headers().Get(layout.HeaderArgsHash))
+	}
 	limit := w.cfg.JetStream.Conn().MaxPayload()
 	if size := layout.MessageSize(m); limit > 0 && int64(size) > limit {
 		result, m.Data = w.tooLarge(result, size, limit)
 	}
-	ack, err := w.publishDurably(ctx, m)
-	if errors.Is(err, nats.ErrMaxPayload) && result.Code() != windlass.CodeResultTooLarge {
-		// The server's limit is below what the client was told (a
-		// reconfigured server): the same answer.
-		result, m.Data = w.tooLarge(result, layout.MessageSize(m), limit)
-		ack, err = w.publishDurably(ctx, m)
-	}
-	if err == nil && ack.Duplicate {
-		w.stats.duplicateResults.Add(1)
-	}
-	return result, err
+	return result, m, nil
 }
 
 // publishDurably publishes m to its stream and waits for the stream's

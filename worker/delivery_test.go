@@ -71,7 +71,7 @@ func (b *bench) createConsumer(tool string, ackWait time.Duration) jetstream.Con
 	b.t.Helper()
 	c, err := b.js.CreateOrUpdateConsumer(b.t.Context(), layout.CallsStream, jetstream.ConsumerConfig{
 		Durable:       layout.ConsumerName(tool),
-		FilterSubject: layout.CallSubject(tool),
+		FilterSubject: layout.CallsOfTool(tool),
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       ackWait,
 		MaxDeliver:    -1,
@@ -193,7 +193,7 @@ func (b *bench) publishSeq(call windlass.ToolCall) uint64 {
 	if err != nil {
 		b.t.Fatal(err)
 	}
-	ack, err := b.js.PublishMsg(b.t.Context(), &nats.Msg{Subject: layout.CallSubject(call.Name), Data: data,
+	ack, err := b.js.PublishMsg(b.t.Context(), &nats.Msg{Subject: layout.CallSubject(call.Name, call.ID), Data: data,
 		Header: nats.Header{layout.HeaderOrigin: []string{origin}, nats.MsgIdHdr: []string{call.ID}}})
 	if err != nil {
 		b.t.Fatal(err)

@@ -107,7 +107,7 @@ func (g *gatedBench) releaseOf(s *release.Signer, callID string, args json.RawMe
 // stream sequence.
 func (g *gatedBench) publishGated(body []byte, hdr, msgID string) uint64 {
 	g.t.Helper()
-	m := &nats.Msg{Subject: layout.CallSubject("echo"), Data: body, Header: nats.Header{layout.HeaderOrigin: []string{origin}}}
+	m := &nats.Msg{Subject: layout.CallSubject("echo", bodyID(body)), Data: body, Header: nats.Header{layout.HeaderOrigin: []string{origin}}}
 	if hdr != "" {
 		m.Header.Set(release.Header, hdr)
 	}
@@ -392,7 +392,7 @@ func TestReleaseDecidesDeadlineAndOrigin(t *testing.T) {
 
 	// The Windlass-Origin header says "elsewhere"; the release says origin.
 	args = json.RawMessage(`{"text":"here"}`)
-	m := &nats.Msg{Subject: layout.CallSubject("echo"), Data: callBody(t, "routed", "echo", args), Header: nats.Header{
+	m := &nats.Msg{Subject: layout.CallSubject("echo", "routed"), Data: callBody(t, "routed", "echo", args), Header: nats.Header{
 		layout.HeaderOrigin: []string{"elsewhere"}, release.Header: []string{g.releaseOf(g.signer, "routed", args)}}}
 	if _, err := g.js.PublishMsg(t.Context(), m); err != nil {
 		t.Fatal(err)
@@ -417,7 +417,7 @@ func TestGatedToolWithoutKeysRunsNothing(t *testing.T) {
 	hash, _ := release.ArgumentsHash(args)
 	hdr, _ := signer.Sign(release.Release{CallID: "k", Tool: "echo", ArgsHash: hash, ExpiresAt: time.Now().Add(time.Minute)})
 	data := callBody(t, "k", "echo", args)
-	ack, err := b.js.PublishMsg(t.Context(), &nats.Msg{Subject: layout.CallSubject("echo"), Data: data,
+	ack, err := b.js.PublishMsg(t.Context(), &nats.Msg{Subject: layout.CallSubject("echo", "k"), Data: data,
 		Header: nats.Header{layout.HeaderOrigin: []string{origin}, release.Header: []string{hdr}}})
 	if err != nil {
 		t.Fatal(err)

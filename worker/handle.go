@@ -62,16 +62,17 @@ func (w *Worker) Stats() Stats {
 }
 
 // handle takes one delivered call, in its consumer span when tracing is
-// on; see process. done runs once the call's message is settled or handed
-// back, which may be after handle returns.
-func (w *Worker) handle(ctx context.Context, msg jetstream.Msg, t *registered, log *slog.Logger, done func()) {
+// on; see process. free runs once the call's tool is done with its slot,
+// done once the call's message is settled or handed back; both may be after
+// handle returns.
+func (w *Worker) handle(ctx context.Context, msg jetstream.Msg, t *registered, log *slog.Logger, free, done func()) {
 	if w.tracer.Enabled() {
 		var span trace.Span
 		ctx, span = w.startProcess(ctx, msg, t)
 		settled := done
 		done = func() { span.End(); settled() }
 	}
-	w.process(ctx, msg, t, log, done)
+	w.process(ctx, msg, t, log, free, done)
 }
 
 // process takes one delivered call. A call that must not run (malformed,
@@ -80,12 +81,11 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg, t *registered, l
 // starts the tool and returns: the call is settled when the tool answers
 // (see running.finish), so a call whose tool waits holds only the tool's
 // goroutine, not the handler's too.
-func (w *Worker) process(ctx context.Context, msg jetstream.Msg, t *registered, log *slog.Logger, done func()) {
-	d := &delivery{ctx: ctx, msg: msg, t: t, log: log, origin: msg.Headers().Get(layout.HeaderOrigin), done: done}
+func (w *Worker) process(ctx context.Context, msg jetstream.Msg, t *registered, log *slog.Logger, free, done func()) {
+	d := &delivery{ctx: ctx, msg: msg, t: t, log: log, origin: msg.Headers().Get(layout.HeaderOrigin), free: free, done: done}
 	o, run := w.intake(d)
 	if !run {
 		w.apply(d, o)
-		d.end(w)
 		return
 	}
 	d.hb.begin()
@@ -116,7 +116,6 @@ func (c *running) settleSoon(result windlass.ToolResult) {
 // facts in the result, and applies what decide makes of it.
 func (c *running) finish(result windlass.ToolResult) {
 	w, d := c.w, c.d
-	defer d.end(w)
 	d.hb.ended()
 	endExecute(c.span, result)
 	if c.metered != nil {

@@ -24,30 +24,40 @@ type delivery struct {
 	t      *registered
 	log    *slog.Logger
 	origin string // where the answer goes
-	done   func()
+	free   func() // gives back the call's slot: once its tool is done with it
+	freed  bool
+	done   func() // once the message is settled or handed back
 
 	meta *jetstream.MsgMetadata
 	call windlass.ToolCall
 	hb   *heartbeat // from the call's decoding until the message is settled
 
-	token   string                  // the call's in the worker's cancellations
+	token   string                  // the call's subject token, its key in the cancellations
 	callCtx context.Context         // the tool's, canceled by a cancellation or the shutdown grace
 	cancel  context.CancelCauseFunc // of callCtx
 }
 
-// end releases what the call holds, once its message is settled or handed
-// back: its place in the cancellations, its context, its heartbeat, and
-// then done.
-func (d *delivery) end(w *Worker) {
-	if d.token != "" {
-		w.cancels.finish(d.token)
+// freeSlot gives back the call's slot (at most once): its tool no longer
+// runs, though its answer may still be on its way.
+func (d *delivery) freeSlot() {
+	if !d.freed && d.free != nil {
+		d.freed = true
+		d.free()
 	}
-	if d.cancel != nil {
+}
+
+// end releases what the call holds, once its message is settled or handed
+// back: its place in the cancellations, its context, its heartbeat, its
+// slot, and then done.
+func (d *delivery) end(w *Worker) {
+	if d.cancel != nil { // entered in the cancellations by canceledBefore
+		w.cancels.finish(d.token)
 		d.cancel(nil)
 	}
 	if d.hb != nil {
 		d.hb.stop()
 	}
+	d.freeSlot()
 	d.done()
 }
 
@@ -92,6 +102,7 @@ func (w *Worker) decode(d *delivery) (outcome, bool) {
 		return w.malformed(d, err), true
 	}
 	d.call.Attempt = int(meta.NumDelivered)
+	d.token = layout.CallToken(d.call.ID)
 	identify(d.ctx, d.call)
 	d.log = d.log.With("call_id", d.call.ID, "tool", d.call.Name, "attempt", d.call.Attempt)
 	// One heartbeat from delivery until the message is settled, which
@@ -197,6 +208,9 @@ func (w *Worker) refuse(d *delivery) (outcome, bool) {
 	case call.Name != t.spec.Name:
 		r = windlass.ErrorResult(call, windlass.CodeInvalidCall,
 			fmt.Sprintf("The call names tool %q but arrived on the subject of %q.", call.Name, t.spec.Name))
+	case !layout.OnItsSubject(d.msg.Subject(), t.spec.Name, d.token):
+		r = windlass.ErrorResult(call, windlass.CodeInvalidCall,
+			fmt.Sprintf("The call's id %q does not match the subject it arrived on (%s): each call has its own subject, windlass.call.<tool>.<call token>.", call.ID, d.msg.Subject()))
 	case !call.Deadline.IsZero() && !now.Before(call.Deadline):
 		r = windlass.ErrorResult(call, windlass.CodeTimeout,
 			fmt.Sprintf("Tool %q timed out: the call's deadline passed %s before a worker took it.", call.Name, now.Sub(call.Deadline).Round(time.Millisecond)))
@@ -219,7 +233,6 @@ func (w *Worker) refuse(d *delivery) (outcome, bool) {
 // gives it the context its tool will run under, and answers it canceled
 // when it was canceled before it started.
 func (w *Worker) canceledBefore(d *delivery) (outcome, bool) {
-	d.token = layout.CallToken(d.call.ID)
 	d.callCtx, d.cancel = context.WithCancelCause(d.ctx)
 	rec, canceled := w.cancels.start(d.token, d.cancel)
 	if !canceled && time.Since(d.meta.Timestamp) > cancelCheckAfter {

@@ -22,13 +22,14 @@ func (w *Worker) startProcess(ctx context.Context, msg jetstream.Msg, t *registe
 		trace.WithAttributes(
 			telemetry.MessagingSystem.String(telemetry.SystemNATS),
 			telemetry.MessagingDestinationName.String(msg.Subject()),
+			telemetry.MessagingDestinationTemplate.String(layout.CallsOfTool(t.spec.Name)),
 			telemetry.MessagingOperationType.String(telemetry.OperationProcess),
 			telemetry.MessagingOperationName.String(telemetry.OperationProcess),
 			telemetry.MessagingConsumerGroup.String(layout.ConsumerName(t.spec.Name)),
 			telemetry.GenAIToolName.String(t.spec.Name),
 		),
 	}
-	return w.tracer.Start(ctx, telemetry.ProcessSpanName(msg.Subject()), attrs...)
+	return w.tracer.Start(ctx, telemetry.ProcessSpanName(layout.CallDestination(t.spec.Name)), attrs...)
 }
 
 // identify adds the call's id and delivery count to its consumer span.

@@ -184,6 +184,7 @@ type Worker struct {
 
 	slots    chan struct{} // process-wide concurrency
 	handlers *handlers     // takes calls in and settles them
+	pipe     *resultPipe   // stores answers; set by Run
 	guards   []guard       // the intake's checks, in order (see intake)
 	beats    beats         // the running calls' heartbeats, one ticker for all
 	stats    stats
@@ -191,8 +192,8 @@ type Worker struct {
 	tracer  telemetry.Tracer
 	metrics *telemetry.WorkerMetrics // nil: metrics off
 
-	cancels                                    *cancellations
-	resultsStream, eventsStream, cancelsStream jetstream.Stream
+	cancels                                                 *cancellations
+	callsStream, resultsStream, eventsStream, cancelsStream jetstream.Stream
 
 	releases *release.Verifier // never nil: one that trusts no key refuses every release
 	ledger   *release.Ledger   // set by Run when a tool is gated
@@ -280,8 +281,12 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if w.pipe, err = newResultPipe(w); err != nil {
+		return err
+	}
 	log.InfoContext(ctx, "worker: serving", "tools", w.order)
 	w.serve(ctx, tools, consumers, log)
+	w.pipe.close() // serve returned once every call was concluded
 	w.withdraw(ctx, lease, log)
 	log.InfoContext(ctx, "worker: stopped")
 	return nil
@@ -314,7 +319,7 @@ func (w *Worker) openStores(ctx context.Context, tools []*registered) error {
 	if err := layout.EnsureStreams(ctx, js, layout.AllStreams(opts)...); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
-	for name, s := range map[string]*jetstream.Stream{layout.ResultsStream: &w.resultsStream, layout.EventsStream: &w.eventsStream, layout.CancelsStream: &w.cancelsStream} {
+	for name, s := range map[string]*jetstream.Stream{layout.CallsStream: &w.callsStream, layout.ResultsStream: &w.resultsStream, layout.EventsStream: &w.eventsStream, layout.CancelsStream: &w.cancelsStream} {
 		var err error
 		if *s, err = js.Stream(ctx, name); err != nil {
 			return fmt.Errorf("worker: %w", err)
@@ -400,14 +405,20 @@ func (w *Worker) withdraw(ctx context.Context, lease *registry.Lease, log *slog.
 	}
 }
 
-// ensureConsumer creates or updates the tool's shared durable consumer.
+// ensureConsumer creates or updates the tool's shared durable consumer. It
+// takes every call of the tool, on the protocol 1 subject too while the
+// calls stream has it (a migrated stream; see layout.EnsureStreams).
 func (w *Worker) ensureConsumer(ctx context.Context, t *registered) (jetstream.Consumer, error) {
+	filters := []string{layout.CallsOfTool(t.spec.Name)}
+	if w.callsStream != nil && layout.HasLegacyCalls(w.callsStream.CachedInfo().Config) {
+		filters = append(filters, layout.LegacyCallSubject(t.spec.Name))
+	}
 	c, err := w.cfg.JetStream.CreateOrUpdateConsumer(ctx, layout.CallsStream, jetstream.ConsumerConfig{
-		Durable:       layout.ConsumerName(t.spec.Name),
-		Description:   "Windlass workers of tool " + t.spec.Name,
-		FilterSubject: layout.CallSubject(t.spec.Name),
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       w.cfg.AckWait,
+		Durable:        layout.ConsumerName(t.spec.Name),
+		Description:    "Windlass workers of tool " + t.spec.Name,
+		FilterSubjects: filters,
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		AckWait:        w.cfg.AckWait,
 		// Unbounded for the server: the worker counts deliveries itself and
 		// answers the one past Config.MaxDeliver (see bury), so a call whose
 		// workers were all lost is answered and removed, not left behind.
@@ -526,9 +537,8 @@ func (p *puller) fetch(n int) error {
 func (p *puller) take(msg jetstream.Msg) {
 	w := p.w
 	if p.ctx.Err() != nil {
-		d := &delivery{ctx: p.runCtx, msg: msg, t: p.t, log: p.log, done: p.release}
+		d := &delivery{ctx: p.runCtx, msg: msg, t: p.t, log: p.log, free: p.release, done: func() {}}
 		w.apply(d, outcome{verb: verbRequeue, count: countRequeued})
-		d.end(w)
 		return
 	}
 	// calls counts the handler's goroutine and, apart, the call until it
@@ -536,7 +546,7 @@ func (p *puller) take(msg jetstream.Msg) {
 	p.calls.Add(2)
 	w.handlers.goOrPool(func() {
 		defer p.calls.Done()
-		w.handle(p.runCtx, msg, p.t, p.log, func() { p.release(); p.calls.Done() })
+		w.handle(p.runCtx, msg, p.t, p.log, p.release, p.calls.Done)
 	})
 }
 

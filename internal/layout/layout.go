@@ -14,6 +14,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -56,16 +58,62 @@ const (
 	HeaderOrigin = "Windlass-Origin"
 	// HeaderProtocol carries the protocol version of the message body.
 	HeaderProtocol = "Windlass-Protocol"
+	// HeaderArgsHash carries, on a call whose caller chose its id, the
+	// canonical SHA-256 of its arguments (see approval/release), and the
+	// worker copies it to the call's result: a resubmit of the id with
+	// other arguments is refused id_conflict, whether the call is queued,
+	// running or finished.
+	HeaderArgsHash = "Windlass-Args-Hash"
+	// HeaderQueuedAt carries, on a result, when the calls stream stored
+	// the call (RFC 3339), and HeaderDeadline the call's deadline: what a
+	// status query reports of a finished call, whose call message is gone.
+	HeaderQueuedAt = "Windlass-Queued-At"
+	HeaderDeadline = "Windlass-Deadline"
 	// HeaderTraceparent carries the call's W3C trace context when tracing
 	// is on (the W3C name; internal/telemetry writes and reads it).
 	HeaderTraceparent = "traceparent"
 )
 
-// CallSubject is the subject a tool's calls are published on.
-func CallSubject(tool string) string { return callPrefix + tool }
+// CallSubject is the subject of one call of a tool:
+// windlass.call.<tool>.<call token>. Each call is the one message on its
+// subject, so the calls stream is also the record of the calls that are
+// queued or running: a direct get by [CallByID] finds one until a worker
+// acks it, which it does only once the call's result is stored.
+func CallSubject(tool, callID string) string { return callPrefix + tool + "." + CallToken(callID) }
+
+// CallDestination names a tool's calls in telemetry, whose span names
+// must not carry a per-call token: windlass.call.<tool>.
+func CallDestination(tool string) string { return callPrefix + tool }
+
+// CallsOfTool is the filter of a tool's consumer: every call of the tool.
+func CallsOfTool(tool string) string { return callPrefix + tool + ".*" }
+
+// CallByID matches one call's message whatever its tool.
+func CallByID(callID string) string { return callPrefix + "*." + CallToken(callID) }
 
 // CallSubjects is the calls stream's subject filter.
-const CallSubjects = callPrefix + "*"
+const CallSubjects = callPrefix + "*.*"
+
+// LegacyCallSubject is where protocol 1 fleets published a tool's calls
+// (windlass.call.<tool>, one subject per tool). A calls stream created by
+// such a fleet keeps the subject after its migration (see
+// [EnsureStreams]), and a worker drains the calls queued there.
+func LegacyCallSubject(tool string) string { return callPrefix + tool }
+
+// OnItsSubject reports whether a call message of tool arrived on its own
+// subject: CallSubject(tool, id) with token = CallToken(id), or tool's
+// protocol 1 subject.
+func OnItsSubject(subject, tool, token string) bool {
+	rest, ok := strings.CutPrefix(subject, callPrefix)
+	if !ok {
+		return false
+	}
+	rest, ok = strings.CutPrefix(rest, tool)
+	return ok && (rest == "" || rest == "."+token)
+}
+
+// legacyCallSubjects is the protocol 1 calls stream's subject filter.
+const legacyCallSubjects = callPrefix + "*"
 
 // ApprovalSubject is the subject a gated tool's calls are published on, for
 // the approval service.
@@ -166,6 +214,22 @@ func ConsumerName(tool string) string { return "tool-" + tool }
 // same call inside the duplicate window is dropped by the stream.
 func ResultMsgID(callID string) string { return "result:" + callID }
 
+// SetCallRecord sets on a result message's headers the record of its call
+// (see HeaderQueuedAt): queuedAt, when the calls stream stored the call;
+// its deadline; and argsHash, the one its call message carried. Zero
+// values are left out.
+func SetCallRecord(h nats.Header, queuedAt, deadline time.Time, argsHash string) {
+	if !queuedAt.IsZero() {
+		h[HeaderQueuedAt] = []string{queuedAt.UTC().Format(time.RFC3339Nano)}
+	}
+	if !deadline.IsZero() {
+		h[HeaderDeadline] = []string{deadline.UTC().Format(time.RFC3339Nano)}
+	}
+	if argsHash != "" {
+		h[HeaderArgsHash] = []string{argsHash}
+	}
+}
+
 // MessageSize is how many bytes of the NATS server's max payload m takes:
 // its data and its encoded headers. A message over the max payload is
 // refused by the client before it is sent (nats.ErrMaxPayload).
@@ -213,18 +277,20 @@ func (o StreamOptions) withDefaults() StreamOptions {
 }
 
 // CallsConfig is the calls stream: work-queue retention (a message is gone
-// once a worker acks it), deduplicated by call id.
+// once a worker acks it), deduplicated by call id, one subject per call,
+// read by direct gets for status queries.
 func CallsConfig(o StreamOptions) jetstream.StreamConfig {
 	o = o.withDefaults()
 	return jetstream.StreamConfig{
 		Name:        CallsStream,
-		Description: "Windlass tool calls, one subject per tool",
+		Description: "Windlass tool calls, one subject per call, by tool and call token",
 		Subjects:    []string{CallSubjects},
 		Retention:   jetstream.WorkQueuePolicy,
 		Storage:     o.Storage,
 		Replicas:    o.Replicas,
 		Duplicates:  o.Duplicates,
 		Discard:     jetstream.DiscardOld,
+		AllowDirect: true,
 	}
 }
 
@@ -410,12 +476,42 @@ func onlyTimeoutsAgain(ctx context.Context, err error) error {
 }
 
 func ensureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) error {
-	_, err := js.Stream(ctx, cfg.Name)
+	s, err := js.Stream(ctx, cfg.Name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		_, err = js.CreateStream(ctx, cfg)
 		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			err = nil // another process created it first
 		}
+		return err
 	}
-	return err
+	if err != nil || cfg.Name != CallsStream {
+		return err
+	}
+	return migrateCalls(ctx, js, s.CachedInfo().Config)
+}
+
+// migrateCalls brings a calls stream created by a protocol 1 fleet (one
+// subject per tool, no direct gets) to protocol 2: it adds the per-call
+// subjects and allows direct gets, and keeps the old subjects, so the calls
+// still queued there are run (workers filter both). Nothing else of the
+// stream changes, and a stream already migrated is left alone. Every
+// process that ensures the streams may do it; updates are idempotent.
+func migrateCalls(ctx context.Context, js jetstream.JetStream, cur jetstream.StreamConfig) error {
+	if cur.AllowDirect && slices.Contains(cur.Subjects, CallSubjects) {
+		return nil
+	}
+	if !slices.Contains(cur.Subjects, CallSubjects) {
+		cur.Subjects = append(cur.Subjects, CallSubjects)
+	}
+	cur.AllowDirect = true
+	if _, err := js.UpdateStream(ctx, cur); err != nil {
+		return fmt.Errorf("migrate the calls stream to per-call subjects: %w", err)
+	}
+	return nil
+}
+
+// HasLegacyCalls reports whether a calls stream's configuration still
+// holds the protocol 1 subjects, whose queued calls a worker must drain.
+func HasLegacyCalls(cfg jetstream.StreamConfig) bool {
+	return slices.Contains(cfg.Subjects, legacyCallSubjects)
 }

@@ -14,6 +14,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -21,15 +23,25 @@ import (
 	"github.com/windlass-dev/windlass/internal/retry"
 )
 
-// First returns the first message on subject in stream s, or an error
-// wrapping jetstream.ErrMsgNotFound when the stream's leader says there is
-// none. nc is the connection s was opened on.
+// First returns the data of the first message on subject in stream s, or
+// an error wrapping jetstream.ErrMsgNotFound when the stream's leader says
+// there is none. nc is the connection s was opened on.
 func First(ctx context.Context, nc *nats.Conn, s jetstream.Stream, subject string) ([]byte, error) {
+	m, err := FirstMsg(ctx, nc, s, subject)
+	if err != nil {
+		return nil, err
+	}
+	return m.Data, nil
+}
+
+// FirstMsg is [First] returning the whole message: its headers, stored
+// time and sequence too.
+func FirstMsg(ctx context.Context, nc *nats.Conn, s jetstream.Stream, subject string) (*jetstream.RawStreamMsg, error) {
 	ctx, cancel := context.WithTimeout(ctx, retry.ReadTimeout)
 	defer cancel()
 	m, err := s.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subject))
 	if err == nil {
-		return m.Data, nil
+		return m, nil
 	}
 	if !errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, err
@@ -39,7 +51,7 @@ func First(ctx context.Context, nc *nats.Conn, s jetstream.Stream, subject strin
 
 // leaderFirst reads the first message on subject from stream through the
 // stream leader's message API, never a replica's direct get.
-func leaderFirst(ctx context.Context, nc *nats.Conn, stream, subject string) ([]byte, error) {
+func leaderFirst(ctx context.Context, nc *nats.Conn, stream, subject string) (*jetstream.RawStreamMsg, error) {
 	req, err := json.Marshal(struct {
 		Seq     uint64 `json:"seq"`
 		NextFor string `json:"next_by_subj"`
@@ -53,7 +65,11 @@ func leaderFirst(ctx context.Context, nc *nats.Conn, stream, subject string) ([]
 	}
 	var resp struct {
 		Message *struct {
-			Data []byte `json:"data"`
+			Subject string    `json:"subject"`
+			Seq     uint64    `json:"seq"`
+			Headers []byte    `json:"hdrs"`
+			Data    []byte    `json:"data"`
+			Time    time.Time `json:"time"`
 		} `json:"message"`
 		Error *struct {
 			Code    int    `json:"code"`
@@ -72,5 +88,34 @@ func leaderFirst(ctx context.Context, nc *nats.Conn, stream, subject string) ([]
 	case resp.Message == nil:
 		return nil, fmt.Errorf("stream %s: message get: empty reply", stream)
 	}
-	return resp.Message.Data, nil
+	hdr, err := decodeHeaders(resp.Message.Headers)
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: message get: headers: %w", stream, err)
+	}
+	return &jetstream.RawStreamMsg{Subject: resp.Message.Subject, Sequence: resp.Message.Seq, Header: hdr, Data: resp.Message.Data, Time: resp.Message.Time}, nil
 }
+
+// decodeHeaders reads a message's NATS headers as the message API returns
+// them: a "NATS/1.0" line, then MIME-style header lines. Names keep their
+// case, as NATS's do.
+func decodeHeaders(b []byte) (nats.Header, error) {
+	if len(b) == 0 {
+		return nil, nil
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\r\n"), "\r\n")
+	if !strings.HasPrefix(lines[0], "NATS/1.0") {
+		return nil, fmt.Errorf("no NATS/1.0 line in %q", textcut(lines[0]))
+	}
+	h := nats.Header{}
+	for _, line := range lines[1:] {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			return nil, fmt.Errorf("header line %q has no ':'", textcut(line))
+		}
+		h[strings.TrimSpace(k)] = append(h[strings.TrimSpace(k)], strings.TrimSpace(v))
+	}
+	return h, nil
+}
+
+// textcut bounds what an error quotes of a malformed header.
+func textcut(s string) string { return s[:min(len(s), 64)] }

@@ -21,15 +21,18 @@ const ScopeName = "github.com/windlass-dev/windlass"
 const (
 	MessagingSystem          = attribute.Key("messaging.system")
 	MessagingDestinationName = attribute.Key("messaging.destination.name")
-	MessagingMessageID       = attribute.Key("messaging.message.id")
-	MessagingOperationType   = attribute.Key("messaging.operation.type")
-	MessagingOperationName   = attribute.Key("messaging.operation.name")
-	MessagingConsumerGroup   = attribute.Key("messaging.consumer.group.name")
-	MessagingDeliveryCount   = attribute.Key("messaging.message.delivery_count") // windlass: JetStream's delivery count
-	GenAIOperationName       = attribute.Key("gen_ai.operation.name")
-	GenAIToolName            = attribute.Key("gen_ai.tool.name")
-	GenAIToolCallID          = attribute.Key("gen_ai.tool.call.id")
-	ErrorType                = attribute.Key("error.type")
+	// MessagingDestinationTemplate is the low-cardinality form of a
+	// destination whose name holds a per-message token.
+	MessagingDestinationTemplate = attribute.Key("messaging.destination.template")
+	MessagingMessageID           = attribute.Key("messaging.message.id")
+	MessagingOperationType       = attribute.Key("messaging.operation.type")
+	MessagingOperationName       = attribute.Key("messaging.operation.name")
+	MessagingConsumerGroup       = attribute.Key("messaging.consumer.group.name")
+	MessagingDeliveryCount       = attribute.Key("messaging.message.delivery_count") // windlass: JetStream's delivery count
+	GenAIOperationName           = attribute.Key("gen_ai.operation.name")
+	GenAIToolName                = attribute.Key("gen_ai.tool.name")
+	GenAIToolCallID              = attribute.Key("gen_ai.tool.call.id")
+	ErrorType                    = attribute.Key("error.type")
 
 	// Tool names the tool on metrics.
 	Tool = attribute.Key("tool")
