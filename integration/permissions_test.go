@@ -74,12 +74,15 @@ func TestPermissions(t *testing.T) {
 	}{
 		{"worker publishes a result", "worker", pub, "windlass.result.dispatcher-a.0123", false},
 		{"worker reports progress", "worker", pub, "windlass.event.0123.progress", false},
-		{"worker queues a call", "worker", pub, "windlass.call.add", true},
-		{"worker releases a gated call", "worker", pub, "windlass.call.transfer_funds", true},
+		{"worker queues a call", "worker", pub, layout.CallSubject("add", "c1"), true},
+		{"worker releases a gated call", "worker", pub, layout.CallSubject("transfer_funds", "c2"), true},
 		{"worker sends a gated call for approval", "worker", pub, "windlass.approval.transfer_funds", true},
 		{"worker forges a queued event", "worker", pub, "windlass.event.0123.queued", true},
 		{"worker cancels a call", "worker", pub, "windlass.cancel.0123", true},
 		{"worker deletes the calls stream", "worker", pub, "$JS.API.STREAM.DELETE.WINDLASS_CALLS", true},
+		{"worker creates its tool's consumer", "worker", pub, "$JS.API.CONSUMER.CREATE.WINDLASS_CALLS.tool-add.windlass.call.add.*", false},
+		{"worker creates a consumer of every call", "worker", pub, "$JS.API.CONSUMER.CREATE.WINDLASS_CALLS.tool-add.windlass.call.>", true},
+		{"worker migrates the calls stream", "worker", pub, "$JS.API.STREAM.UPDATE.WINDLASS_CALLS", true},
 		{"worker creates a stream", "worker", pub, "$JS.API.STREAM.CREATE.WINDLASS_CALLS", true},
 		{"worker pulls gated calls", "worker", pub, "$JS.API.CONSUMER.MSG.NEXT.WINDLASS_APPROVALS.approval-service", true},
 		{"worker acks a held call", "worker", pub, "$JS.ACK.WINDLASS_APPROVALS.approval-service.1.1.1.1.1", true},
@@ -92,8 +95,8 @@ func TestPermissions(t *testing.T) {
 		{"worker deletes the release ledger", "worker", pub, "$JS.API.STREAM.DELETE.KV_WINDLASS_RELEASES", true},
 		{"worker purges a claim", "worker", pub, "$JS.API.STREAM.PURGE.KV_WINDLASS_RELEASES", true},
 
-		{"dispatcher queues an ungated call", "dispatcher-a", pub, "windlass.call.add", false},
-		{"dispatcher releases a gated call itself", "dispatcher-a", pub, "windlass.call.transfer_funds", true},
+		{"dispatcher queues an ungated call", "dispatcher-a", pub, layout.CallSubject("add", "c1"), false},
+		{"dispatcher releases a gated call itself", "dispatcher-a", pub, layout.CallSubject("transfer_funds", "c2"), true},
 		{"dispatcher sends a gated call for approval", "dispatcher-a", pub, "windlass.approval.transfer_funds", false},
 		{"dispatcher pulls gated calls", "dispatcher-a", pub, "$JS.API.CONSUMER.MSG.NEXT.WINDLASS_APPROVALS.approval-service", true},
 		{"dispatcher pulls a tool's calls", "dispatcher-a", pub, "$JS.API.CONSUMER.MSG.NEXT.WINDLASS_CALLS.tool-add", true},
@@ -102,13 +105,18 @@ func TestPermissions(t *testing.T) {
 		{"dispatcher receives another's results", "dispatcher-a", sub, "windlass.result.dispatcher-b.*", true},
 		{"dispatcher receives every result", "dispatcher-a", sub, "windlass.result.*.*", true},
 		{"dispatcher reads another's inbox", "dispatcher-a", sub, "_INBOX_dispatcher-b.>", true},
-		{"dispatcher reads the calls", "dispatcher-a", sub, "windlass.call.*", true},
+		{"dispatcher reads the calls", "dispatcher-a", sub, "windlass.call.*.*", true},
+		{"dispatcher reads a queued call", "dispatcher-a", pub, "$JS.API.DIRECT.GET.WINDLASS_CALLS", false},
+		{"dispatcher reads a queued call from the leader", "dispatcher-a", pub, "$JS.API.STREAM.MSG.GET.WINDLASS_CALLS", false},
+		{"dispatcher queues a call on the old subject", "dispatcher-a", pub, "windlass.call.add", true},
 		{"dispatcher claims a release", "dispatcher-a", pub, "$KV.WINDLASS_RELEASES.0123", true},
 		{"dispatcher forges a refusal", "dispatcher-a", pub, "windlass.refused.transfer_funds", true},
 
-		{"approval releases a gated call", "approval", pub, "windlass.call.transfer_funds", false},
-		{"approval queues an ungated call", "approval", pub, "windlass.call.add", true},
+		{"approval releases a gated call", "approval", pub, layout.CallSubject("transfer_funds", "c2"), false},
+		{"approval queues an ungated call", "approval", pub, layout.CallSubject("add", "c1"), true},
 		{"approval answers a rejected call", "approval", pub, "windlass.result.dispatcher-a.0123", false},
+		{"approval migrates the calls stream", "approval", pub, "$JS.API.STREAM.UPDATE.WINDLASS_CALLS", false},
+		{"approval changes the results stream", "approval", pub, "$JS.API.STREAM.UPDATE.WINDLASS_RESULTS", true},
 		{"approval deletes a stream", "approval", pub, "$JS.API.STREAM.DELETE.WINDLASS_CALLS", true},
 		{"approval pulls a tool's calls", "approval", pub, "$JS.API.CONSUMER.MSG.NEXT.WINDLASS_CALLS.tool-add", true},
 	}
@@ -170,7 +178,7 @@ func TestWorkerDeniedQueueingACall(t *testing.T) {
 	}
 	select {
 	case v := <-errs:
-		if !errors.Is(v, nats.ErrPermissionViolation) || !strings.Contains(v.Error(), `Publish to "windlass.call.add"`) {
+		if !errors.Is(v, nats.ErrPermissionViolation) || !strings.Contains(v.Error(), `Publish to "windlass.call.add.`) {
 			t.Fatalf("violation = %v", v)
 		}
 	case <-time.After(5 * time.Second):

@@ -409,22 +409,24 @@ func (w *Worker) withdraw(ctx context.Context, lease *registry.Lease, log *slog.
 // takes every call of the tool, on the protocol 1 subject too while the
 // calls stream has it (a migrated stream; see layout.EnsureStreams).
 func (w *Worker) ensureConsumer(ctx context.Context, t *registered) (jetstream.Consumer, error) {
-	filters := []string{layout.CallsOfTool(t.spec.Name)}
-	if w.callsStream != nil && layout.HasLegacyCalls(w.callsStream.CachedInfo().Config) {
-		filters = append(filters, layout.LegacyCallSubject(t.spec.Name))
-	}
-	c, err := w.cfg.JetStream.CreateOrUpdateConsumer(ctx, layout.CallsStream, jetstream.ConsumerConfig{
-		Durable:        layout.ConsumerName(t.spec.Name),
-		Description:    "Windlass workers of tool " + t.spec.Name,
-		FilterSubjects: filters,
-		AckPolicy:      jetstream.AckExplicitPolicy,
-		AckWait:        w.cfg.AckWait,
+	cfg := jetstream.ConsumerConfig{
+		Durable:       layout.ConsumerName(t.spec.Name),
+		Description:   "Windlass workers of tool " + t.spec.Name,
+		FilterSubject: layout.CallsOfTool(t.spec.Name),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       w.cfg.AckWait,
 		// Unbounded for the server: the worker counts deliveries itself and
 		// answers the one past Config.MaxDeliver (see bury), so a call whose
 		// workers were all lost is answered and removed, not left behind.
 		MaxDeliver:    -1,
 		MaxAckPending: 20000,
-	})
+	}
+	if w.callsStream != nil && layout.HasLegacyCalls(w.callsStream.CachedInfo().Config) {
+		// Several filters: the unfiltered create request, which the shipped
+		// permissions allow only during an upgrade.
+		cfg.FilterSubjects, cfg.FilterSubject = []string{cfg.FilterSubject, layout.LegacyCallSubject(t.spec.Name)}, ""
+	}
+	c, err := w.cfg.JetStream.CreateOrUpdateConsumer(ctx, layout.CallsStream, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("worker: ensure consumer for tool %q: %w", t.spec.Name, err)
 	}
