@@ -3,12 +3,15 @@
 // machine. It is the one implementation behind `windlass bench` and the Go
 // benchmarks of integration/.
 //
-// Three paths are measured per scenario, one after the other:
+// Four paths are measured per scenario, one after the other:
 //
 //   - fleet: [dispatcher.Dispatcher.Call] of a bench tool served by a
 //     worker, with every guarantee of RELIABILITY.md in force (the call
-//     stored durably, its queued event stored before the caller waits, the
-//     result stored before the call is acked);
+//     stored durably before the caller waits, the result stored before the
+//     call is acked);
+//   - raw JetStream, stored as the fleet stores: the call on a subject of
+//     its own, the answer stored in a second stream and the call acked when
+//     that store is acknowledged (see [Env.RawStored]);
 //   - raw JetStream: the call published durably (with a message id), a
 //     durable pull consumer, the answer published back on one shared core
 //     subscription, then the message acked — the least a durable queue can

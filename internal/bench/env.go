@@ -294,8 +294,7 @@ func (e *Env) RawJetStream(payload int, work time.Duration) CallFunc {
 }
 
 // RawStored returns the raw JetStream round trip that stores what the
-// fleet stores for a call (the call, a record of it, the answer; see
-// rawStored), with payload bytes of data and work before answering.
+// fleet stores for a call (the call and the answer; see rawStored), with payload bytes of data and work before answering.
 func (e *Env) RawStored(payload int, work time.Duration) CallFunc {
 	return e.rawStored.call(payload, work)
 }

@@ -170,15 +170,13 @@ func (r *raw) close() {
 // jetStreamCall returns a raw JetStream round trip with payload bytes of
 // data and the given responder work.
 func (r *raw) jetStreamCall(payload int, work time.Duration) CallFunc {
-	return jetStreamRoundTrip(r.js, r.run, &r.seq, &r.pending, rawCallSubject(r.run), payload, work, nil)
+	return jetStreamRoundTrip(r.js, r.run, &r.seq, &r.pending, func(string) string { return rawCallSubject(r.run) }, payload, work)
 }
 
 // jetStreamRoundTrip returns a call of a JetStream baseline: publish a call
-// of payload bytes to subject (its id the message id, the responder's work
-// in a header) and wait for the stream's ack, then for the rest of the
-// baseline's stores (then, when not nil), then for the answer.
-func jetStreamRoundTrip(js jetstream.JetStream, run string, seq *atomic.Int64, pending *sync.Map, subject string, payload int, work time.Duration,
-	then func(ctx context.Context, id string) error) CallFunc {
+// of payload bytes to subject(id) (its id the message id, the responder's
+// work in a header) and wait for the stream's ack, then for the answer.
+func jetStreamRoundTrip(js jetstream.JetStream, run string, seq *atomic.Int64, pending *sync.Map, subject func(id string) string, payload int, work time.Duration) CallFunc {
 	data := filled(payload)
 	sleep := strconv.FormatInt(work.Microseconds(), 10)
 	return func(ctx context.Context) error {
@@ -189,11 +187,7 @@ func jetStreamRoundTrip(js jetstream.JetStream, run string, seq *atomic.Int64, p
 		if work > 0 {
 			h[sleepHeader] = []string{sleep}
 		}
-		_, err := js.PublishMsg(ctx, &nats.Msg{Subject: subject, Data: data, Header: h})
-		if err == nil && then != nil {
-			err = then(ctx, id)
-		}
-		if err != nil {
+		if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: subject(id), Data: data, Header: h}); err != nil {
 			pending.Delete(id)
 			return err
 		}

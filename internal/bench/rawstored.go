@@ -15,21 +15,20 @@ import (
 // The third baseline's streams and subjects, apart from the first's so
 // that the two never share a work queue.
 func storedCallStream(run string) string     { return "BENCH_RAW_" + run + "_CALLS" }
-func storedRecordStream(run string) string   { return "BENCH_RAW_" + run + "_RECORDS" }
 func storedAnswerStream(run string) string   { return "BENCH_RAW_" + run + "_ANSWERS" }
-func storedCallSubject(run string) string    { return "bench.stored." + run + ".call" }
+func storedCallSubjects(run string) string   { return "bench.stored." + run + ".call.*" }
 func storedAnswerSubjects(run string) string { return "bench.stored." + run + ".answer.*" }
-func storedRecordSubjects(run string) string { return "bench.stored." + run + ".record.*" }
 
 // rawStored is the raw JetStream round trip made to store what the fleet
-// stores for a call, with nothing else of the fleet: the caller stores the
-// call (deduplicated by id), then a record of it on a subject of its own in
-// a second stream, each waiting for the stream's ack as the dispatcher
-// does; the responder stores the answer on a subject of its own (deduplicated
-// by id) in a third stream, waits for that ack, then acks the call; the
-// caller gets the answer on one shared wildcard subscription to the
-// answers' subjects. Three stored messages a call, as the fleet's call, queued event
-// and result: the fleet's ratio to it is the cost of the fleet's own code.
+// stores for a call, the way the fleet stores it, with nothing else of the
+// fleet: the caller stores the call on a subject of its own (deduplicated
+// by id), waiting for the stream's ack as the dispatcher does; the
+// responder stores the answer on a subject of its own (deduplicated by id)
+// in a second stream without waiting, and acks the call when that store's
+// ack arrives, as the worker's result pipe does; the caller gets the answer
+// on one shared wildcard subscription to the answers' subjects. Two stored
+// messages a call, as the fleet's call and result: the fleet's ratio to it
+// is the cost of the fleet's own code.
 type rawStored struct {
 	run      string
 	js       jetstream.JetStream
@@ -54,8 +53,7 @@ func startRawStored(ctx context.Context, run string, callerConn, serverConn *nat
 		}
 	}()
 	for _, cfg := range []jetstream.StreamConfig{
-		{Name: storedCallStream(run), Subjects: []string{storedCallSubject(run)}, Retention: jetstream.WorkQueuePolicy, Duplicates: time.Minute},
-		{Name: storedRecordStream(run), Subjects: []string{storedRecordSubjects(run)}, Retention: jetstream.LimitsPolicy},
+		{Name: storedCallStream(run), Subjects: []string{storedCallSubjects(run)}, Retention: jetstream.WorkQueuePolicy, Duplicates: time.Minute},
 		{Name: storedAnswerStream(run), Subjects: []string{storedAnswerSubjects(run)}, Retention: jetstream.LimitsPolicy, Duplicates: time.Minute},
 	} {
 		cfg.Storage = jetstream.FileStorage
@@ -72,20 +70,25 @@ func startRawStored(ctx context.Context, run string, callerConn, serverConn *nat
 	}
 	_ = r.answers.SetPendingLimits(-1, -1)
 	answerPrefix := "bench.stored." + run + ".answer."
-	// Each call on a goroutine of its own, since storing its answer waits
-	// for the stream, as the fleet's worker does.
+	// Each call on a goroutine of its own, as the fleet's worker runs its
+	// tools; the answer's store is waited for on another.
 	r.loop, err = startPullLoop(cons, func(m jetstream.Msg) {
 		r.handlers.Go(func() {
 			if d := sleepOf(nats.Header(m.Headers())); d > 0 {
 				time.Sleep(d)
 			}
 			id := m.Headers().Get(nats.MsgIdHdr)
-			ctx, cancel := context.WithTimeout(context.Background(), rawAnswerWait)
-			defer cancel()
-			if _, err := sjs.PublishMsg(ctx, &nats.Msg{Subject: answerPrefix + id, Data: []byte(id), Header: nats.Header{nats.MsgIdHdr: []string{"answer:" + id}}}); err != nil {
+			fut, err := sjs.PublishMsgAsync(&nats.Msg{Subject: answerPrefix + id, Data: []byte(id), Header: nats.Header{nats.MsgIdHdr: []string{"answer:" + id}}})
+			if err != nil {
 				return // not acked: redelivered, as a fleet call would be
 			}
-			_ = m.Ack()
+			r.handlers.Go(func() {
+				select {
+				case <-fut.Ok():
+					_ = m.Ack()
+				case <-fut.Err(): // not acked: redelivered
+				}
+			})
 		})
 	})
 	if err != nil {
@@ -103,7 +106,7 @@ func (r *rawStored) close() {
 	r.handlers.Wait()
 	ctx, cancel := context.WithTimeout(context.Background(), retry.WriteTimeout)
 	defer cancel()
-	for _, s := range []string{storedCallStream(r.run), storedRecordStream(r.run), storedAnswerStream(r.run)} {
+	for _, s := range []string{storedCallStream(r.run), storedAnswerStream(r.run)} {
 		_ = r.js.DeleteStream(ctx, s)
 	}
 }
@@ -111,9 +114,5 @@ func (r *rawStored) close() {
 // call returns the stored round trip with payload bytes of data and the
 // given responder work.
 func (r *rawStored) call(payload int, work time.Duration) CallFunc {
-	recordPrefix := "bench.stored." + r.run + ".record."
-	return jetStreamRoundTrip(r.js, r.run, &r.seq, &r.pending, storedCallSubject(r.run), payload, work, func(ctx context.Context, id string) error {
-		_, err := r.js.PublishMsg(ctx, &nats.Msg{Subject: recordPrefix + id, Data: []byte(id)})
-		return err
-	})
+	return jetStreamRoundTrip(r.js, r.run, &r.seq, &r.pending, func(id string) string { return "bench.stored." + r.run + ".call." + id }, payload, work)
 }

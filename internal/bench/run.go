@@ -70,7 +70,7 @@ type Result struct {
 	Fleet        Stats  `json:"fleet"`
 	RawJetStream Stats  `json:"raw_jetstream"`
 	RawRequest   Stats  `json:"raw_request"`
-	// RawStored is the raw JetStream round trip storing the three messages
+	// RawStored is the raw JetStream round trip storing the two messages
 	// the fleet stores for a call (see [Env.RawStored]).
 	RawStored Stats `json:"raw_jetstream_stored"`
 	// VsJetStream, VsRequest and VsStored are the fleet's ratios to each
