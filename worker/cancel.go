@@ -7,12 +7,14 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/internal/layout"
+	"github.com/windlass-dev/windlass/internal/retry"
 )
 
 // cancellations is what the worker knows of canceled calls: it follows the
@@ -23,10 +25,46 @@ type cancellations struct {
 	mu       sync.Mutex
 	canceled map[string]windlass.Cancellation // by call token
 	running  map[string]context.CancelCauseFunc
+
+	// How far the follower has come: the stream sequence of the last
+	// record it applied, and a time (the server's clock) such that every
+	// record stored before it is applied (see caughtUpPast).
+	applied    atomic.Uint64
+	caughtUpTo atomic.Int64 // unix nanoseconds
+	probe      chan struct{}
+	lookedUp   atomic.Int64 // calls looked up in the stream before they started
 }
 
 func newCancellations() *cancellations {
-	return &cancellations{canceled: map[string]windlass.Cancellation{}, running: map[string]context.CancelCauseFunc{}}
+	return &cancellations{canceled: map[string]windlass.Cancellation{}, running: map[string]context.CancelCauseFunc{}, probe: make(chan struct{}, 1)}
+}
+
+// caughtUpPast reports whether every cancellation stored before t (the
+// server's clock: a call message's timestamp) is applied, so that looking
+// a call published at t up in the cancels stream would tell nothing the
+// follower has not.
+func (c *cancellations) caughtUpPast(t time.Time) bool {
+	return c.caughtUpTo.Load() >= t.UnixNano()
+}
+
+// markCaughtUp records that every cancellation stored before t is applied.
+func (c *cancellations) markCaughtUp(t time.Time) {
+	for n := t.UnixNano(); ; {
+		cur := c.caughtUpTo.Load()
+		if cur >= n || c.caughtUpTo.CompareAndSwap(cur, n) {
+			return
+		}
+	}
+}
+
+// probeSoon asks the follower to check, once, whether it has caught up
+// with the stream (see follow): a call had to be looked up in the stream
+// because the follower could not yet say; later ones need not be.
+func (c *cancellations) probeSoon() {
+	select {
+	case c.probe <- struct{}{}:
+	default: // one is due already
+	}
 }
 
 // start registers a running call and reports whether it is already
@@ -69,6 +107,19 @@ func (c *cancellations) prune(before time.Time) {
 	}
 }
 
+// checkCaughtUp asks the stream how far it goes: when the follower has
+// applied its last record, every cancellation stored before the server
+// answered is applied. (A follower that receives records learns it from
+// their pending counts; this is for one that receives none.)
+func (c *cancellations) checkCaughtUp(ctx context.Context, stream jetstream.Stream) {
+	ctx, cancel := context.WithTimeout(ctx, retry.ReadTimeout)
+	defer cancel()
+	info, err := stream.Info(ctx)
+	if err == nil && c.applied.Load() >= info.State.LastSeq {
+		c.markCaughtUp(info.TimeStamp)
+	}
+}
+
 // follow consumes the cancels stream with an ordered consumer (which
 // survives reconnects and server restarts on its own) until ctx ends. It
 // returns once the records that existed at its start are loaded, or after
@@ -90,6 +141,7 @@ func (c *cancellations) follow(ctx context.Context, js jetstream.JetStream, log 
 	var once sync.Once
 	lastAtStart := info.State.LastSeq
 	if lastAtStart == 0 || info.State.Msgs == 0 {
+		c.markCaughtUp(info.TimeStamp)
 		once.Do(func() { close(caughtUp) })
 	}
 	cc, err := cons.Consume(func(m jetstream.Msg) {
@@ -100,7 +152,15 @@ func (c *cancellations) follow(ctx context.Context, js jetstream.JetStream, log 
 			token := strings.TrimPrefix(m.Subject(), strings.TrimSuffix(layout.CancelSubjects, "*"))
 			c.add(token, rec)
 		}
-		if meta, err := m.Metadata(); err == nil && meta.Sequence.Stream >= lastAtStart {
+		meta, err := m.Metadata()
+		if err != nil {
+			return
+		}
+		c.applied.Store(meta.Sequence.Stream)
+		if meta.NumPending == 0 {
+			c.markCaughtUp(meta.Timestamp) // nothing stored before this one is left
+		}
+		if meta.Sequence.Stream >= lastAtStart {
 			once.Do(func() { close(caughtUp) })
 		}
 	}, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
@@ -128,6 +188,8 @@ func (c *cancellations) follow(ctx context.Context, js jetstream.JetStream, log 
 				return
 			case <-t.C:
 				c.prune(time.Now().Add(-keep))
+			case <-c.probe:
+				c.checkCaughtUp(prunerCtx, stream)
 			}
 		}
 	}()

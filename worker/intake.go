@@ -235,10 +235,12 @@ func (w *Worker) refuse(d *delivery) (outcome, bool) {
 func (w *Worker) canceledBefore(d *delivery) (outcome, bool) {
 	d.callCtx, d.cancel = context.WithCancelCause(d.ctx)
 	rec, canceled := w.cancels.start(d.token, d.cancel)
-	if !canceled && time.Since(d.meta.Timestamp) > cancelCheckAfter {
+	if !canceled && time.Since(d.meta.Timestamp) > cancelCheckAfter && !w.cancels.caughtUpPast(d.meta.Timestamp) {
 		getCtx, stop := context.WithTimeout(d.ctx, retry.ReadTimeout)
 		rec, canceled = w.checkCancellation(getCtx, d.call.ID)
 		stop()
+		w.cancels.lookedUp.Add(1)
+		w.cancels.probeSoon()
 	}
 	if !canceled {
 		return outcome{}, false
@@ -251,11 +253,13 @@ func (w *Worker) canceledBefore(d *delivery) (outcome, bool) {
 }
 
 // cancelCheckAfter is the queue wait past which a call is looked up in the
-// cancels stream itself before it starts. The follower of the stream may
-// lag (a loaded machine); a call that waited a while may have been canceled
-// meanwhile. A call pulled within this time of its publish is not looked
-// up, which keeps the direct get off the fast path: a cancellation made in
-// that instant reaches the tool as a canceled context instead.
+// cancels stream itself before it starts, unless the follower of the
+// stream has caught up past the call's publish (cancellations.caughtUpPast).
+// The follower may lag (a loaded machine); a call that waited a while may
+// have been canceled meanwhile. A call pulled within this time of its
+// publish is not looked up, which keeps the direct get off the fast path: a
+// cancellation made in that instant reaches the tool as a canceled context
+// instead.
 const cancelCheckAfter = 20 * time.Millisecond
 
 // checkCancellation looks a call up in the cancels stream and records what
