@@ -10,8 +10,9 @@ import (
 )
 
 // ProtocolVersion is the version of the wire format in PROTOCOL.md. It
-// changes only when a field changes meaning or a required field is added.
-const ProtocolVersion = 1
+// changes only when a field changes meaning, a required field is added or
+// the layout of subjects changes (version 2: a subject per call).
+const ProtocolVersion = 2
 
 // MaxCallIDLength bounds a call id; see [ValidateCallID].
 const MaxCallIDLength = 128
