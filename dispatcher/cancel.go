@@ -82,10 +82,18 @@ func (d *Dispatcher) Cancel(ctx context.Context, callID, reason string) error {
 		nats.MsgIdHdr: []string{layout.ResultMsgID(callID)}, layout.HeaderProtocol: []string{protocolVersion},
 	}}
 	layout.SetCallRecord(m.Header, k.rec.queuedAt, k.rec.deadline, k.rec.argsHash)
-	if _, err := d.js.PublishMsg(ctx, m); err != nil {
+	ack, err := d.js.PublishMsg(ctx, m)
+	if err != nil {
 		// The cancellation is recorded: the worker that holds or pulls
 		// the call answers it canceled.
 		return fmt.Errorf("dispatcher: cancel %q: canceled, but answering its caller failed (its worker will): %w", callID, err)
+	}
+	if ack.Duplicate {
+		// The call's own answer came first, after the look-up above: it
+		// finished, and its answer stands.
+		if r, err := d.Result(ctx, callID); err == nil {
+			return &FinishedError{Result: r}
+		}
 	}
 	return nil
 }

@@ -74,12 +74,9 @@ type known struct {
 // never "none".
 func (d *Dispatcher) find(ctx context.Context, callID string) (known, error) {
 	var k known
-	m, err := streamread.FirstMsg(ctx, d.cfg.Conn, d.calls, layout.CallByID(callID))
-	switch {
-	case err == nil:
-		k.rec, k.found = recordFromCall(callID, m)
-	case !errors.Is(err, jetstream.ErrMsgNotFound):
-		return k, fmt.Errorf("dispatcher: read the call message of %q: %w", callID, err)
+	var err error
+	if k.rec, k.found, err = d.callMessage(ctx, callID); err != nil {
+		return k, err
 	}
 	r, h, err := d.storedResult(ctx, callID)
 	switch {
@@ -88,12 +85,15 @@ func (d *Dispatcher) find(ctx context.Context, callID string) (known, error) {
 		if !k.found {
 			k.rec, k.found = recordFromResult(r, h), true
 		}
-		return k, nil
 	case !errors.Is(err, ErrNoResult):
 		return k, err
-	case k.found:
-		return k, nil
 	}
+	if k.found && k.rec.argsHash != "" {
+		return k, nil // a caller's own id, recorded with its call
+	}
+	// A gated call's queued event is its first record: once released, its
+	// message and result hold what the approval service approved, not
+	// what the caller submitted (the arguments' hash, the queued time).
 	q, ok, err := d.lastEvent(ctx, callID, windlass.EventQueued)
 	if err != nil {
 		return k, err
@@ -103,6 +103,33 @@ func (d *Dispatcher) find(ctx context.Context, callID string) (known, error) {
 	}
 	return k, nil
 }
+
+// callMessage reads the record of a call's message in the calls stream.
+// Another message on the call's subject (a forgery, or another id with
+// the same token) is skipped, up to maxForeign of them; past that, the
+// call's state cannot be established.
+func (d *Dispatcher) callMessage(ctx context.Context, callID string) (callRecord, bool, error) {
+	subject := layout.CallByID(callID)
+	from := uint64(1)
+	for range maxForeign + 1 {
+		m, err := streamread.NextMsg(ctx, d.cfg.Conn, d.calls, subject, from)
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+			return callRecord{}, false, nil
+		case err != nil:
+			return callRecord{}, false, fmt.Errorf("dispatcher: read the call message of %q: %w", callID, err)
+		}
+		if rec, ok := recordFromCall(callID, m); ok {
+			return rec, true, nil
+		}
+		from = m.Sequence + 1
+	}
+	return callRecord{}, false, fmt.Errorf("dispatcher: read the call message of %q: more than %d other messages on its subject", callID, maxForeign)
+}
+
+// maxForeign bounds the other messages callMessage skips on a call's
+// subject.
+const maxForeign = 4
 
 // storedResult reads a call's first result and its message's headers:
 // ErrNoResult when the results stream's leader says there is none.

@@ -3,6 +3,7 @@ package dispatcher_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -85,4 +86,37 @@ func TestStatusAndCancelWhenStreamsCannotBeRead(t *testing.T) {
 
 	e.NATS.Stop()
 	unreadable("the NATS server down", true)
+}
+
+// TestForeignMessageOnACallsSubject: a message of another id on a call's
+// subject (a forgery stored first, or a token collision) does not hide the
+// call: Status finds it queued and Cancel cancels it, never "unknown".
+func TestForeignMessageOnACallsSubject(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	lease, err := e.Registry().Advertise(t.Context(), registry.Advertisement{WorkerID: "w", Specs: []windlass.Spec{greet().Spec()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lease.Withdraw(context.Background()) })
+	fleettest.WaitFor(t, 5*time.Second, "the tool in the dispatcher's view", func() bool {
+		_, err := e.d.Tool("greet")
+		return err == nil
+	})
+	js := e.JetStream()
+	for i := range 3 { // on a tool nobody serves, so they stay
+		if _, err := js.Publish(t.Context(), layout.CallSubject("ghost", "victim"), fmt.Appendf(nil, `{"id":"squatter-%d","name":"ghost"}`, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	id, err := e.d.Submit(t.Context(), "greet", map[string]any{"name": "ada"}, dispatcher.AllowNoWorker(), dispatcher.WithCallID("victim"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := e.d.Status(t.Context(), id); err != nil || st.State != dispatcher.StateQueued || st.Tool != "greet" {
+		t.Errorf("Status(%s) = %+v, %v; want queued, tool greet", id, st, err)
+	}
+	if err := e.d.Cancel(t.Context(), id, "not needed"); err != nil {
+		t.Errorf("Cancel(%s) = %v; want it canceled", id, err)
+	}
 }

@@ -213,7 +213,7 @@ func (w *Worker) recordRefusal(d *delivery, reason release.Reason, detail string
 	if d.meta != nil {
 		rec.Seq, rec.PublishedAt = d.meta.Sequence.Stream, d.meta.Timestamp
 	}
-	log.WarnContext(ctx, "worker: refused a message on a gated tool's subject; dropped without running or answering it",
+	log.WarnContext(ctx, "worker: refused a message on a call subject; dropped without running or answering it",
 		"reason", reason, "detail", rec.Detail, "stream_seq", rec.Seq, "msg_id", rec.MsgID, "claimed_origin", rec.Origin)
 	data, err := json.Marshal(rec)
 	if err != nil {

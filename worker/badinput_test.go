@@ -13,6 +13,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/internal/fleettest"
 	"github.com/windlass-dev/windlass/internal/layout"
@@ -279,5 +281,35 @@ func TestDeadRecordTooLargeStillAnswers(t *testing.T) {
 	b.callsStreamEmpties()
 	if n := runs.Load(); n != 2 {
 		t.Errorf("ran %d times, want 2 (MaxAttempts)", n)
+	}
+}
+
+// TestCallOnAnotherCallsSubject publishes a call whose id is not its
+// subject's (each call has its own subject, windlass.call.<tool>.<call
+// token>): the worker neither runs it nor answers the id it names, which
+// may be another caller's call; it records a refusal and removes it.
+func TestCallOnAnotherCallsSubject(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	var runs atomic.Int64
+	b.start(worker.Config{}, countingEcho(&runs))
+	ack, err := b.js.PublishMsg(t.Context(), &nats.Msg{Subject: layout.CallSubject("echo", "squatter"),
+		Data: callBody(t, "victim", "echo", json.RawMessage(`{"text":"forged"}`)), Header: nats.Header{layout.HeaderOrigin: []string{origin}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec := b.refusal(ack.Sequence); rec.CallID != "victim" || !strings.Contains(rec.Detail, "does not match the subject") {
+		t.Errorf("refusal = %+v, want one naming the id and the subject", rec)
+	}
+	b.publish(windlass.ToolCall{ID: "valid-after", Name: "echo", Arguments: json.RawMessage(`{"text":"still here"}`)})
+	if r := b.result(10 * time.Second); r.CallID != "valid-after" {
+		t.Errorf("first result %+v; want the valid call's (none for the forged one)", r)
+	}
+	if _, ok := b.storedResult("victim"); ok {
+		t.Error("the forged message answered the call it names")
+	}
+	b.callsStreamEmpties()
+	if n := runs.Load(); n != 1 {
+		t.Errorf("the tool ran %d times, want once (the valid call)", n)
 	}
 }

@@ -27,31 +27,38 @@ type cancellations struct {
 	running  map[string]context.CancelCauseFunc
 
 	// How far the follower has come: the stream sequence of the last
-	// record it applied, and a time (the server's clock) such that every
-	// record stored before it is applied (see caughtUpPast).
+	// record it applied, and when (this process's monotonic clock, as an
+	// offset from epoch) it last knew that every record stored by then was
+	// applied (see caughtUpRecently).
 	applied    atomic.Uint64
-	caughtUpTo atomic.Int64 // unix nanoseconds
+	caughtUpAt atomic.Int64
+	epoch      time.Time
 	probe      chan struct{}
 	lookedUp   atomic.Int64 // calls looked up in the stream before they started
 }
 
 func newCancellations() *cancellations {
-	return &cancellations{canceled: map[string]windlass.Cancellation{}, running: map[string]context.CancelCauseFunc{}, probe: make(chan struct{}, 1)}
+	return &cancellations{canceled: map[string]windlass.Cancellation{}, running: map[string]context.CancelCauseFunc{}, probe: make(chan struct{}, 1),
+		epoch: time.Now()}
 }
 
-// caughtUpPast reports whether every cancellation stored before t (the
-// server's clock: a call message's timestamp) is applied, so that looking
-// a call published at t up in the cancels stream would tell nothing the
-// follower has not.
-func (c *cancellations) caughtUpPast(t time.Time) bool {
-	return c.caughtUpTo.Load() >= t.UnixNano()
+// caughtUpRecently reports whether the follower knew, at most within ago,
+// that every cancellation stored by then was applied: a look-up of the
+// cancels stream now could only add one stored in those last moments, the
+// same window a call pulled within cancelCheckAfter of its publish is
+// given. (A cancellation that matters is stored after its call, so knowing
+// the follower had caught up past the call's publish would not do.)
+func (c *cancellations) caughtUpRecently(ago time.Duration) bool {
+	at := c.caughtUpAt.Load()
+	return at > 0 && time.Since(c.epoch)-time.Duration(at) <= ago
 }
 
-// markCaughtUp records that every cancellation stored before t is applied.
+// markCaughtUp records that every cancellation stored by t (this
+// process's clock) is applied.
 func (c *cancellations) markCaughtUp(t time.Time) {
-	for n := t.UnixNano(); ; {
-		cur := c.caughtUpTo.Load()
-		if cur >= n || c.caughtUpTo.CompareAndSwap(cur, n) {
+	for n := int64(t.Sub(c.epoch)); ; {
+		cur := c.caughtUpAt.Load()
+		if cur >= n || c.caughtUpAt.CompareAndSwap(cur, n) {
 			return
 		}
 	}
@@ -108,15 +115,16 @@ func (c *cancellations) prune(before time.Time) {
 }
 
 // checkCaughtUp asks the stream how far it goes: when the follower has
-// applied its last record, every cancellation stored before the server
-// answered is applied. (A follower that receives records learns it from
-// their pending counts; this is for one that receives none.)
+// applied its last record, every cancellation stored before the question
+// was asked is applied. (A follower that receives records learns it from
+// their pending counts too.)
 func (c *cancellations) checkCaughtUp(ctx context.Context, stream jetstream.Stream) {
 	ctx, cancel := context.WithTimeout(ctx, retry.ReadTimeout)
 	defer cancel()
+	asked := time.Now()
 	info, err := stream.Info(ctx)
 	if err == nil && c.applied.Load() >= info.State.LastSeq {
-		c.markCaughtUp(info.TimeStamp)
+		c.markCaughtUp(asked)
 	}
 }
 
@@ -129,6 +137,7 @@ func (c *cancellations) follow(ctx context.Context, js jetstream.JetStream, log 
 	if err != nil {
 		return nil, fmt.Errorf("worker: cancels stream: %w", err)
 	}
+	asked := time.Now()
 	info, err := stream.Info(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("worker: cancels stream: %w", err)
@@ -141,10 +150,11 @@ func (c *cancellations) follow(ctx context.Context, js jetstream.JetStream, log 
 	var once sync.Once
 	lastAtStart := info.State.LastSeq
 	if lastAtStart == 0 || info.State.Msgs == 0 {
-		c.markCaughtUp(info.TimeStamp)
+		c.markCaughtUp(asked)
 		once.Do(func() { close(caughtUp) })
 	}
 	cc, err := cons.Consume(func(m jetstream.Msg) {
+		received := time.Now()
 		var rec windlass.Cancellation
 		if err := json.Unmarshal(m.Data(), &rec); err != nil || rec.CallID == "" {
 			log.Warn("worker: unreadable cancellation ignored", "subject", m.Subject(), "error", err)
@@ -158,7 +168,7 @@ func (c *cancellations) follow(ctx context.Context, js jetstream.JetStream, log 
 		}
 		c.applied.Store(meta.Sequence.Stream)
 		if meta.NumPending == 0 {
-			c.markCaughtUp(meta.Timestamp) // nothing stored before this one is left
+			c.markCaughtUp(received) // nothing stored before its delivery is left
 		}
 		if meta.Sequence.Stream >= lastAtStart {
 			once.Do(func() { close(caughtUp) })

@@ -103,6 +103,12 @@ func (w *Worker) decode(d *delivery) (outcome, bool) {
 	}
 	d.call.Attempt = int(meta.NumDelivered)
 	d.token = layout.CallToken(d.call.ID)
+	if !layout.OnItsSubject(d.msg.Subject(), d.t.spec.Name, d.token) {
+		// Not this id's subject: a forgery, or a client that does not
+		// follow the protocol. Answering it would answer the call the id
+		// names, which may be another's.
+		return dropped(release.ReasonMalformed, fmt.Sprintf("the call's id %q does not match the subject it arrived on (%s): each call has its own subject, windlass.call.<tool>.<call token>", d.call.ID, d.msg.Subject())), true
+	}
 	identify(d.ctx, d.call)
 	d.log = d.log.With("call_id", d.call.ID, "tool", d.call.Name, "attempt", d.call.Attempt)
 	// One heartbeat from delivery until the message is settled, which
@@ -208,9 +214,6 @@ func (w *Worker) refuse(d *delivery) (outcome, bool) {
 	case call.Name != t.spec.Name:
 		r = windlass.ErrorResult(call, windlass.CodeInvalidCall,
 			fmt.Sprintf("The call names tool %q but arrived on the subject of %q.", call.Name, t.spec.Name))
-	case !layout.OnItsSubject(d.msg.Subject(), t.spec.Name, d.token):
-		r = windlass.ErrorResult(call, windlass.CodeInvalidCall,
-			fmt.Sprintf("The call's id %q does not match the subject it arrived on (%s): each call has its own subject, windlass.call.<tool>.<call token>.", call.ID, d.msg.Subject()))
 	case !call.Deadline.IsZero() && !now.Before(call.Deadline):
 		r = windlass.ErrorResult(call, windlass.CodeTimeout,
 			fmt.Sprintf("Tool %q timed out: the call's deadline passed %s before a worker took it.", call.Name, now.Sub(call.Deadline).Round(time.Millisecond)))
@@ -235,7 +238,7 @@ func (w *Worker) refuse(d *delivery) (outcome, bool) {
 func (w *Worker) canceledBefore(d *delivery) (outcome, bool) {
 	d.callCtx, d.cancel = context.WithCancelCause(d.ctx)
 	rec, canceled := w.cancels.start(d.token, d.cancel)
-	if !canceled && time.Since(d.meta.Timestamp) > cancelCheckAfter && !w.cancels.caughtUpPast(d.meta.Timestamp) {
+	if !canceled && time.Since(d.meta.Timestamp) > cancelCheckAfter && !w.cancels.caughtUpRecently(cancelCheckAfter) {
 		getCtx, stop := context.WithTimeout(d.ctx, retry.ReadTimeout)
 		rec, canceled = w.checkCancellation(getCtx, d.call.ID)
 		stop()
@@ -254,7 +257,8 @@ func (w *Worker) canceledBefore(d *delivery) (outcome, bool) {
 
 // cancelCheckAfter is the queue wait past which a call is looked up in the
 // cancels stream itself before it starts, unless the follower of the
-// stream has caught up past the call's publish (cancellations.caughtUpPast).
+// stream knew it was caught up within this time (see
+// cancellations.caughtUpRecently): both leave the same window.
 // The follower may lag (a loaded machine); a call that waited a while may
 // have been canceled meanwhile. A call pulled within this time of its
 // publish is not looked up, which keeps the direct get off the fast path: a

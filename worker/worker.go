@@ -421,7 +421,7 @@ func (w *Worker) ensureConsumer(ctx context.Context, t *registered) (jetstream.C
 		MaxDeliver:    -1,
 		MaxAckPending: 20000,
 	}
-	if w.callsStream != nil && layout.HasLegacyCalls(w.callsStream.CachedInfo().Config) {
+	if w.legacyQueued(ctx, t.spec.Name) {
 		// Several filters: the unfiltered create request, which the shipped
 		// permissions allow only during an upgrade.
 		cfg.FilterSubjects, cfg.FilterSubject = []string{cfg.FilterSubject, layout.LegacyCallSubject(t.spec.Name)}, ""
@@ -431,6 +431,18 @@ func (w *Worker) ensureConsumer(ctx context.Context, t *registered) (jetstream.C
 		return nil, fmt.Errorf("worker: ensure consumer for tool %q: %w", t.spec.Name, err)
 	}
 	return c, nil
+}
+
+// legacyQueued reports whether calls of tool wait on its protocol 1
+// subject, in a calls stream migrated from protocol 1: the worker's
+// consumer must take them too. When the stream cannot say, it answers yes:
+// a call left behind is worse than a consumer with one filter too many.
+func (w *Worker) legacyQueued(ctx context.Context, tool string) bool {
+	if w.callsStream == nil || !layout.HasLegacyCalls(w.callsStream.CachedInfo().Config) {
+		return false
+	}
+	info, err := w.callsStream.Info(ctx, jetstream.WithSubjectFilter(layout.LegacyCallSubject(tool)))
+	return err != nil || len(info.State.Subjects) > 0
 }
 
 // errShutdown is the cause that ends a running tool's context when the

@@ -14,7 +14,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -37,25 +36,32 @@ func First(ctx context.Context, nc *nats.Conn, s jetstream.Stream, subject strin
 // FirstMsg is [First] returning the whole message: its headers, stored
 // time and sequence too.
 func FirstMsg(ctx context.Context, nc *nats.Conn, s jetstream.Stream, subject string) (*jetstream.RawStreamMsg, error) {
+	return NextMsg(ctx, nc, s, subject, 1)
+}
+
+// NextMsg returns the first message on subject in stream s at or after
+// sequence from, or an error wrapping jetstream.ErrMsgNotFound when the
+// stream's leader says there is none.
+func NextMsg(ctx context.Context, nc *nats.Conn, s jetstream.Stream, subject string, from uint64) (*jetstream.RawStreamMsg, error) {
 	ctx, cancel := context.WithTimeout(ctx, retry.ReadTimeout)
 	defer cancel()
-	m, err := s.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subject))
+	m, err := s.GetMsg(ctx, from, jetstream.WithGetMsgSubject(subject))
 	if err == nil {
 		return m, nil
 	}
 	if !errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, err
 	}
-	return leaderFirst(ctx, nc, s.CachedInfo().Config.Name, subject)
+	return leaderNext(ctx, nc, s.CachedInfo().Config.Name, subject, from)
 }
 
-// leaderFirst reads the first message on subject from stream through the
-// stream leader's message API, never a replica's direct get.
-func leaderFirst(ctx context.Context, nc *nats.Conn, stream, subject string) (*jetstream.RawStreamMsg, error) {
+// leaderNext reads the first message on subject at or after sequence from
+// through the stream leader's message API, never a replica's direct get.
+func leaderNext(ctx context.Context, nc *nats.Conn, stream, subject string, from uint64) (*jetstream.RawStreamMsg, error) {
 	req, err := json.Marshal(struct {
 		Seq     uint64 `json:"seq"`
 		NextFor string `json:"next_by_subj"`
-	}{1, subject})
+	}{from, subject})
 	if err != nil {
 		return nil, err
 	}
@@ -88,34 +94,12 @@ func leaderFirst(ctx context.Context, nc *nats.Conn, stream, subject string) (*j
 	case resp.Message == nil:
 		return nil, fmt.Errorf("stream %s: message get: empty reply", stream)
 	}
-	hdr, err := decodeHeaders(resp.Message.Headers)
-	if err != nil {
-		return nil, fmt.Errorf("stream %s: message get: headers: %w", stream, err)
+	var hdr nats.Header
+	if len(resp.Message.Headers) > 0 {
+		if hdr, err = nats.DecodeHeadersMsg(resp.Message.Headers); err != nil {
+			return nil, fmt.Errorf("stream %s: message get: headers: %w", stream, err)
+		}
 	}
 	return &jetstream.RawStreamMsg{Subject: resp.Message.Subject, Sequence: resp.Message.Seq, Header: hdr, Data: resp.Message.Data, Time: resp.Message.Time}, nil
 }
 
-// decodeHeaders reads a message's NATS headers as the message API returns
-// them: a "NATS/1.0" line, then MIME-style header lines. Names keep their
-// case, as NATS's do.
-func decodeHeaders(b []byte) (nats.Header, error) {
-	if len(b) == 0 {
-		return nil, nil
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\r\n"), "\r\n")
-	if !strings.HasPrefix(lines[0], "NATS/1.0") {
-		return nil, fmt.Errorf("no NATS/1.0 line in %q", textcut(lines[0]))
-	}
-	h := nats.Header{}
-	for _, line := range lines[1:] {
-		k, v, ok := strings.Cut(line, ":")
-		if !ok {
-			return nil, fmt.Errorf("header line %q has no ':'", textcut(line))
-		}
-		h[strings.TrimSpace(k)] = append(h[strings.TrimSpace(k)], strings.TrimSpace(v))
-	}
-	return h, nil
-}
-
-// textcut bounds what an error quotes of a malformed header.
-func textcut(s string) string { return s[:min(len(s), 64)] }
