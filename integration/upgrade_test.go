@@ -43,7 +43,7 @@ func TestUpgradeFromProtocol1(t *testing.T) {
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 	if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: layout.LegacyCallSubject("greet"),
-		Data: []byte(`{"id":"queued-by-v1","name":"greet","arguments":{"name":"ada"}}`),
+		Data:   []byte(`{"id":"queued-by-v1","name":"greet","arguments":{"name":"ada"}}`),
 		Header: nats.Header{nats.MsgIdHdr: []string{"queued-by-v1"}, layout.HeaderOrigin: []string{"olddispatcher"}, layout.HeaderProtocol: []string{"1"}}}); err != nil {
 		t.Fatal(err)
 	}

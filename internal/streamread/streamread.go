@@ -102,4 +102,3 @@ func leaderNext(ctx context.Context, nc *nats.Conn, stream, subject string, from
 	}
 	return &jetstream.RawStreamMsg{Subject: resp.Message.Subject, Sequence: resp.Message.Seq, Header: hdr, Data: resp.Message.Data, Time: resp.Message.Time}, nil
 }
-
