@@ -89,9 +89,11 @@ func (d *Dispatcher) Cancel(ctx context.Context, callID, reason string) error {
 		return fmt.Errorf("dispatcher: cancel %q: canceled, but answering its caller failed (its worker will): %w", callID, err)
 	}
 	if ack.Duplicate {
-		// The call's own answer came first, after the look-up above: it
-		// finished, and its answer stands.
-		if r, err := d.Result(ctx, callID); err == nil {
+		// Another answer came first, after the look-up above: this
+		// cancellation's, from whoever follows the cancels stream (the
+		// approval service for a held call, the worker for a queued one),
+		// or the call's own: then it finished, and its answer stands.
+		if r, err := d.Result(ctx, callID); err == nil && r.Code() != windlass.CodeCanceled {
 			return &FinishedError{Result: r}
 		}
 	}
