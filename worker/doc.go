@@ -35,10 +35,15 @@
 // whose tool answered (answer and ack, answer and terminate, retry after a
 // delay, hand back, record as dead). One function, apply, carries it out:
 // a result (success or error) is published to the results stream and only
-// then the call is acked; a malformed message is answered when its id can
-// be read and terminated; a call interrupted by shutdown is nacked so
-// another worker runs it; a refused message on a gated tool's subject is
-// recorded and terminated, with no result.
+// once the stream has acknowledged it is the call acked — the worker's
+// result pipe publishes results asynchronously, at most 1,024 on their way
+// at once, and one drainer acks each call as its result's acknowledgement
+// comes, so a call's slot is free for the next call while its result is
+// stored; a malformed message is answered when its id can be read and
+// terminated; a call interrupted by shutdown is nacked so another worker
+// runs it; a refused message (a gated tool's call without a valid release,
+// or any call on another call's subject) is recorded and terminated, with
+// no result.
 //
 // # Gated tools
 //
