@@ -37,7 +37,7 @@ func newForger(f *fleet) *forger {
 // message id, and returns the stream sequence the calls stream gave it.
 func (g *forger) publish(body []byte, hdr, origin string) uint64 {
 	g.f.t.Helper()
-	m := &nats.Msg{Subject: layout.CallSubject("pay", bodyID(body)), Data: body, Header: nats.Header{
+	m := &nats.Msg{Subject: layout.CallSubject("pay", fleettest.CallIDOf(body)), Data: body, Header: nats.Header{
 		layout.HeaderOrigin: []string{origin}, nats.MsgIdHdr: []string{"forged-" + windlass.NewCallID()}}}
 	if hdr != "" {
 		m.Header.Set(release.Header, hdr)
@@ -321,16 +321,4 @@ func (f *fleet) approve(id string) {
 	if code, body := f.do("POST", "/v1/approvals/"+id+"/approve", "alice", map[string]any{"args_hash": h.ArgsHash}); code != http.StatusOK {
 		f.t.Fatalf("approve %s = %d %v", id, code, body)
 	}
-}
-
-// bodyID is the id of the call a raw message body holds, for the subject
-// it goes on ("unreadable" when it holds none: garbage still needs one).
-func bodyID(body []byte) string {
-	var c struct {
-		ID string `json:"id"`
-	}
-	if json.Unmarshal(body, &c) != nil || c.ID == "" {
-		return "unreadable"
-	}
-	return c.ID
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/windlass-dev/windlass/internal/fleettest"
 	"github.com/windlass-dev/windlass/internal/layout"
 	"github.com/windlass-dev/windlass/internal/testserver"
+	"github.com/windlass-dev/windlass/registry"
 	"github.com/windlass-dev/windlass/worker"
 )
 
@@ -265,4 +266,20 @@ func TestCallRetriedWithTheSameIDOnAnotherInstance(t *testing.T) {
 	if runs.Load() != 1 {
 		t.Errorf("ran %d times", runs.Load())
 	}
+}
+
+// advertiseUnserved advertises spec for a worker that never pulls (its
+// calls stay queued), withdrawn when the test ends, and waits until the
+// dispatcher's view has it.
+func (e *env) advertiseUnserved(spec windlass.Spec) {
+	e.t.Helper()
+	lease, err := e.Registry().Advertise(e.t.Context(), registry.Advertisement{WorkerID: "w", Specs: []windlass.Spec{spec}})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { _ = lease.Withdraw(context.Background()) })
+	fleettest.WaitFor(e.t, 5*time.Second, "the tool in the dispatcher's view", func() bool {
+		_, err := e.d.Tool(spec.Name)
+		return err == nil
+	})
 }

@@ -6,11 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/dispatcher"
-	"github.com/windlass-dev/windlass/internal/fleettest"
 	"github.com/windlass-dev/windlass/internal/layout"
-	"github.com/windlass-dev/windlass/registry"
 )
 
 // TestSubmitOutlastsAStreamOutage deletes the calls stream, submits a call,
@@ -21,15 +18,7 @@ import (
 func TestSubmitOutlastsAStreamOutage(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	lease, err := e.Registry().Advertise(t.Context(), registry.Advertisement{WorkerID: "w", Specs: []windlass.Spec{greet().Spec()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = lease.Withdraw(context.Background()) })
-	fleettest.WaitFor(t, 5*time.Second, "the tool in the dispatcher's view", func() bool {
-		_, err := e.d.Tool("greet")
-		return err == nil
-	})
+	e.advertiseUnserved(greet().Spec())
 	js := e.JetStream()
 	if err := js.DeleteStream(t.Context(), layout.CallsStream); err != nil {
 		t.Fatal(err)

@@ -7,11 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/dispatcher"
-	"github.com/windlass-dev/windlass/internal/fleettest"
 	"github.com/windlass-dev/windlass/internal/layout"
-	"github.com/windlass-dev/windlass/registry"
 )
 
 // TestStatusAndCancelWhenStreamsCannotBeRead asks about an accepted call
@@ -24,15 +21,7 @@ import (
 func TestStatusAndCancelWhenStreamsCannotBeRead(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	lease, err := e.Registry().Advertise(t.Context(), registry.Advertisement{WorkerID: "w", Specs: []windlass.Spec{greet().Spec()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = lease.Withdraw(context.Background()) })
-	fleettest.WaitFor(t, 5*time.Second, "the tool in the dispatcher's view", func() bool {
-		_, err := e.d.Tool("greet")
-		return err == nil
-	})
+	e.advertiseUnserved(greet().Spec())
 	// No worker pulls it: the call stays queued.
 	id, err := e.d.Submit(t.Context(), "greet", map[string]any{"name": "ada"}, dispatcher.AllowNoWorker())
 	if err != nil {
@@ -94,15 +83,7 @@ func TestStatusAndCancelWhenStreamsCannotBeRead(t *testing.T) {
 func TestForeignMessageOnACallsSubject(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	lease, err := e.Registry().Advertise(t.Context(), registry.Advertisement{WorkerID: "w", Specs: []windlass.Spec{greet().Spec()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = lease.Withdraw(context.Background()) })
-	fleettest.WaitFor(t, 5*time.Second, "the tool in the dispatcher's view", func() bool {
-		_, err := e.d.Tool("greet")
-		return err == nil
-	})
+	e.advertiseUnserved(greet().Spec())
 	js := e.JetStream()
 	for i := range 3 { // on a tool nobody serves, so they stay
 		if _, err := js.Publish(t.Context(), layout.CallSubject("ghost", "victim"), fmt.Appendf(nil, `{"id":"squatter-%d","name":"ghost"}`, i)); err != nil {

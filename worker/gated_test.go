@@ -107,7 +107,7 @@ func (g *gatedBench) releaseOf(s *release.Signer, callID string, args json.RawMe
 // stream sequence.
 func (g *gatedBench) publishGated(body []byte, hdr, msgID string) uint64 {
 	g.t.Helper()
-	m := &nats.Msg{Subject: layout.CallSubject("echo", bodyID(body)), Data: body, Header: nats.Header{layout.HeaderOrigin: []string{origin}}}
+	m := &nats.Msg{Subject: layout.CallSubject("echo", fleettest.CallIDOf(body)), Data: body, Header: nats.Header{layout.HeaderOrigin: []string{origin}}}
 	if hdr != "" {
 		m.Header.Set(release.Header, hdr)
 	}

@@ -107,7 +107,7 @@ func (b *bench) start(cfg worker.Config, tool windlass.Tool, opts ...worker.Tool
 
 func (b *bench) publishRaw(tool string, data []byte) {
 	b.t.Helper()
-	msg := &nats.Msg{Subject: layout.CallSubject(tool, bodyID(data)), Data: data, Header: nats.Header{layout.HeaderOrigin: []string{origin}}}
+	msg := &nats.Msg{Subject: layout.CallSubject(tool, fleettest.CallIDOf(data)), Data: data, Header: nats.Header{layout.HeaderOrigin: []string{origin}}}
 	if _, err := b.js.PublishMsg(b.t.Context(), msg); err != nil {
 		b.t.Fatal(err)
 	}
@@ -452,16 +452,4 @@ func TestConsumerDeletedUnderTheWorkerIsRecreated(t *testing.T) {
 	if r := b.result(10 * time.Second); r.IsError || r.Content != "back" {
 		t.Errorf("result = %+v", r)
 	}
-}
-
-// bodyID is the id of the call a raw message body holds, for the subject
-// it goes on ("unreadable" when it holds none: garbage still needs one).
-func bodyID(body []byte) string {
-	var c struct {
-		ID string `json:"id"`
-	}
-	if json.Unmarshal(body, &c) != nil || c.ID == "" {
-		return "unreadable"
-	}
-	return c.ID
 }

@@ -18,6 +18,7 @@ package fleettest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"sync"
@@ -263,4 +264,17 @@ func WaitCatalog(t testing.TB, d *dispatcher.Dispatcher, names ...string) {
 		slices.Sort(got)
 		return slices.Equal(got, want)
 	})
+}
+
+// CallIDOf is the id of the call a raw call message body holds, for the
+// subject a test publishes it on (layout.CallSubject); "unreadable" when
+// it holds none: garbage needs a subject too.
+func CallIDOf(body []byte) string {
+	var c struct {
+		ID string `json:"id"`
+	}
+	if json.Unmarshal(body, &c) != nil || c.ID == "" {
+		return "unreadable"
+	}
+	return c.ID
 }
