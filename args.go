@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"math/big"
 	"slices"
 	"strconv"
 	"strings"
@@ -116,6 +117,9 @@ func (a *ArgumentsSchema) refuseViolation(v any, leaf *jsonschema.ValidationErro
 		rule = kw[len(kw)-1]
 	}
 	msg := leaf.ErrorKind.LocalizedString(englishPrinter)
+	if b, ok := boundMessage(leaf.ErrorKind); ok {
+		msg = b
+	}
 	if req, ok := leaf.ErrorKind.(*kind.Required); ok && len(req.Missing) > 0 {
 		loc = append(slices.Clip(loc), req.Missing[0])
 		msg = "required property is missing"
@@ -124,6 +128,39 @@ func (a *ArgumentsSchema) refuseViolation(v any, leaf *jsonschema.ValidationErro
 		}
 	}
 	return a.refuse(jsonPath(v, loc), rule, msg)
+}
+
+// boundMessage words a numeric bound's violation as a rule ("must be
+// greater than 0, got 0"), where the library's "got 0, want 0" leaves the
+// reader to guess which side of the bound was wanted.
+func boundMessage(k jsonschema.ErrorKind) (string, bool) {
+	var rule string
+	var got, want *big.Rat
+	switch k := k.(type) {
+	case *kind.Minimum:
+		rule, got, want = "at least", k.Got, k.Want
+	case *kind.ExclusiveMinimum:
+		rule, got, want = "greater than", k.Got, k.Want
+	case *kind.Maximum:
+		rule, got, want = "at most", k.Got, k.Want
+	case *kind.ExclusiveMaximum:
+		rule, got, want = "less than", k.Got, k.Want
+	default:
+		return "", false
+	}
+	if got == nil || want == nil {
+		return "", false
+	}
+	return fmt.Sprintf("must be %s %s, got %s", rule, ratText(want), ratText(got)), true
+}
+
+// ratText writes a bound or a number as JSON would: 1, 2.5, 1e+21.
+func ratText(r *big.Rat) string {
+	if r.IsInt() {
+		return r.Num().String()
+	}
+	f, _ := r.Float64()
+	return strconv.FormatFloat(f, 'g', -1, 64)
 }
 
 // Bounds on what an [ArgumentError] quotes of the arguments, so that a huge

@@ -25,8 +25,14 @@ var errToolTimeout = errors.New("windlass: tool timed out")
 // context still fails the call on time: Invoke returns and the tool's
 // goroutine is left to finish on its own. Invoke is safe for concurrent use.
 func Invoke(ctx context.Context, tool Tool, call ToolCall) ToolResult {
+	return invoke(ctx, tool, call, nil)
+}
+
+// invoke is Invoke, setting *own (when own is not nil) to the error the
+// tool itself returned, if it did.
+func invoke(ctx context.Context, tool Tool, call ToolCall, own *error) ToolResult {
 	result := make(chan ToolResult, 1)
-	InvokeAsync(ctx, tool, call, func(r ToolResult) { result <- r })
+	invokeAsync(ctx, tool, call, func(r ToolResult) { result <- r }, own)
 	return <-result
 }
 
@@ -44,6 +50,13 @@ func Invoke(ctx context.Context, tool Tool, call ToolCall) ToolResult {
 // a call, the tool's, rather than a second one waiting for each. InvokeAsync
 // is safe for concurrent use.
 func InvokeAsync(ctx context.Context, tool Tool, call ToolCall, done func(ToolResult)) {
+	invokeAsync(ctx, tool, call, done, nil)
+}
+
+// invokeAsync is InvokeAsync, setting *own (when own is not nil), before
+// done runs, to the error the tool itself returned, if it did (not a
+// panic, nor a timeout or cancellation it did not report).
+func invokeAsync(ctx context.Context, tool Tool, call ToolCall, done func(ToolResult), own *error) {
 	started := time.Now()
 	spec := tool.Spec().WithDefaults()
 	inv := &invocation{started: started, tool: spec.Name, budget: spec.Timeout, done: done}
@@ -85,6 +98,10 @@ func InvokeAsync(ctx context.Context, tool Tool, call ToolCall, done func(ToolRe
 	go func() {
 		v, err := callTool(inv.ctx, run)
 		if stop() {
+			var p *PanicError
+			if own != nil && err != nil && !errors.As(err, &p) {
+				*own = err
+			}
 			inv.end(v, err)
 		}
 	}()
@@ -249,9 +266,10 @@ func Run(ctx context.Context, tool Tool, args any) (ToolResult, error) {
 	if err != nil {
 		return ToolResult{}, fmt.Errorf("windlass: run %q: encode arguments: %w", tool.Spec().Name, err)
 	}
-	result := Invoke(ctx, tool, ToolCall{ID: NewCallID(), Name: tool.Spec().Name, Arguments: raw})
+	var own error
+	result := invoke(ctx, tool, ToolCall{ID: NewCallID(), Name: tool.Spec().Name, Arguments: raw}, &own)
 	if result.IsError {
-		return result, &ExecutionError{Tool: result.Name, Code: result.Error.Code, Message: result.Content}
+		return result, &ExecutionError{Tool: result.Name, Code: result.Error.Code, Message: result.Content, Err: own}
 	}
 	return result, nil
 }

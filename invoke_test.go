@@ -263,6 +263,18 @@ func TestRunReturnsExecutionError(t *testing.T) {
 	if !errors.As(err, &ee) || ee.Tool != "subject" || ee.Code != windlass.CodeToolError || !res.IsError {
 		t.Fatalf("Run = %+v, %v", res, err)
 	}
+	if !errors.Is(err, cause) || ee.Err != cause {
+		t.Errorf("Run's error %v does not wrap the tool's own error (Err = %v)", err, ee.Err)
+	}
+	// No error of the tool's own: a timeout it did not report, a panic.
+	slow := fnTool(t, 10*time.Millisecond, func(ctx context.Context, _ json.RawMessage) (any, error) { <-ctx.Done(); return nil, nil })
+	if _, err := windlass.Run(t.Context(), slow, map[string]any{}); !errors.As(err, &ee) || ee.Code != windlass.CodeTimeout || ee.Err != nil {
+		t.Errorf("a timeout: %v (Err %v), want timeout with no tool error", err, ee.Err)
+	}
+	panics := fnTool(t, 0, func(context.Context, json.RawMessage) (any, error) { panic("boom") })
+	if _, err := windlass.Run(t.Context(), panics, map[string]any{}); !errors.As(err, &ee) || ee.Err != nil {
+		t.Errorf("a panic: %v (Err %v), want no tool error", err, ee.Err)
+	}
 	if _, err := windlass.Run(t.Context(), tool, make(chan int)); err == nil || !strings.Contains(err.Error(), "encode arguments") {
 		t.Errorf("unencodable args: %v", err)
 	}
