@@ -139,6 +139,9 @@ func TestCLIFleetStatusAndMetrics(t *testing.T) {
 	if err := watch.Wait(); err != nil {
 		t.Errorf("status --watch after SIGINT: %v (want exit 0)\n%s", err, out.String())
 	}
+	if strings.Contains(stdout.String(), "\033[") {
+		t.Errorf("status --watch into a pipe wrote terminal escapes: %q", stdout.String())
+	}
 
 	resp, err := http.Get("http://" + metricsAddr + "/metrics")
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -38,8 +39,11 @@ func runFleet(ctx context.Context, d *dispatcher.Dispatcher, stdout io.Writer, a
 				return err
 			}
 		} else {
-			if watch && !first {
+			switch {
+			case watch && !first && isTerminal(stdout):
 				fmt.Fprint(stdout, "\033[H\033[2J") // clear the terminal
+			case watch && !first:
+				fmt.Fprintln(stdout) // a pipe or a file: one table after another
 			}
 			printFleet(stdout, fs)
 		}
@@ -52,6 +56,17 @@ func runFleet(ctx context.Context, d *dispatcher.Dispatcher, stdout io.Writer, a
 		case <-t.C:
 		}
 	}
+}
+
+// isTerminal reports whether w is a terminal (a character device), where
+// escape sequences mean something.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	info, err := f.Stat()
+	return err == nil && info.Mode()&os.ModeCharDevice != 0
 }
 
 // printFleet writes the fleet status as a table.
