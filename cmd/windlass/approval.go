@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -22,10 +23,33 @@ import (
 	"github.com/windlass-dev/windlass/registry"
 )
 
+// isHelp reports whether a subcommand's arguments ask for its usage.
+func isHelp(args []string) bool {
+	return slices.ContainsFunc(args, func(a string) bool { return a == "-h" || a == "-help" || a == "--help" })
+}
+
+// noArguments checks that a subcommand which takes none got none: its
+// usage on stderr and flag.ErrHelp for --help, a usage error for anything
+// else, so that it never acts on an argument it does not read.
+func noArguments(args []string, usage string, stderr io.Writer) error {
+	switch {
+	case isHelp(args):
+		fmt.Fprintln(stderr, usage)
+		return flag.ErrHelp
+	case len(args) > 0:
+		return &exitError{code: 2, err: fmt.Errorf("%s; it takes no arguments, got %q", usage, args)}
+	}
+	return nil
+}
+
 func runApproval(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 {
 		switch args[0] {
 		case "keygen":
+			const usage = "usage: windlass approval keygen (prints a new key pair: the service's private key, the workers' public key)"
+			if err := noArguments(args[1:], usage, stderr); err != nil {
+				return err
+			}
 			priv, pub, err := release.GenerateKey()
 			if err != nil {
 				return err
@@ -33,8 +57,13 @@ func runApproval(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			fmt.Fprintf(stdout, "# the approval service's private key (keep it secret):\nWINDLASS_RELEASE_KEY=%s\n# every worker's public key:\nWINDLASS_RELEASE_PUBLIC_KEYS=%s\n", priv, pub)
 			return nil
 		case "token":
-			if len(args) != 2 {
-				return &exitError{code: 2, err: errors.New("usage: windlass approval token NAME")}
+			const usage = "usage: windlass approval token NAME (prints a new reviewer token for NAME and its --reviewers entry)"
+			if isHelp(args[1:]) {
+				fmt.Fprintln(stderr, usage)
+				return flag.ErrHelp
+			}
+			if len(args) != 2 || strings.HasPrefix(args[1], "-") {
+				return &exitError{code: 2, err: errors.New(usage + "; NAME may not start with '-'")}
 			}
 			tok := approval.NewToken()
 			fmt.Fprintf(stdout, "# give the reviewer this bearer token:\n%s\n# and the service this --reviewers entry:\n%s=%s\n", tok, args[1], approval.HashToken(tok))

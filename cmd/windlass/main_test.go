@@ -166,3 +166,30 @@ func TestDurationsPastTheLongest(t *testing.T) {
 		})
 	}
 }
+
+// TestHelpNeverActs: --help (or -h) after a subcommand that takes no flags
+// prints its usage and does nothing: `approval token --help` mints no
+// token for a reviewer named "--help", `approval keygen --help` prints no
+// key pair; a name that looks like a flag is refused.
+func TestHelpNeverActs(t *testing.T) {
+	for _, args := range [][]string{
+		{"approval", "token", "--help"}, {"approval", "token", "-h"}, {"approval", "keygen", "--help"}, {"approval", "keygen", "-help"},
+	} {
+		var stdout, stderr bytes.Buffer
+		err := run(t.Context(), args, &stdout, &stderr)
+		if !errors.Is(err, flag.ErrHelp) {
+			t.Errorf("%q = %v, want flag.ErrHelp", args, err)
+		}
+		if out := stdout.String() + stderr.String(); strings.Contains(out, "wlr_") || strings.Contains(out, "ed25519:") || !strings.Contains(out, "usage") {
+			t.Errorf("%q printed %q; want its usage and no token or key", args, out)
+		}
+	}
+	for _, args := range [][]string{{"approval", "token", "--name"}, {"approval", "keygen", "extra"}} {
+		var stdout, stderr bytes.Buffer
+		err := run(t.Context(), args, &stdout, &stderr)
+		var ee *exitError
+		if !errors.As(err, &ee) || ee.code != 2 || stdout.Len() > 0 {
+			t.Errorf("%q = %v, stdout %q; want a usage error (exit 2) and nothing minted", args, err, stdout.String())
+		}
+	}
+}
