@@ -269,6 +269,12 @@ func TestCLIQuickStart(t *testing.T) {
 		if listed("pending") {
 			t.Error("the canceled call is still listed pending")
 		}
+		if r := cliRun(t, bin, env, "approvals", "list", "--status", "canceled"); r.code != 0 || !cliHasLine(r.stdout, id, "canceled") || cliHasLine(r.stdout, id, " 0s ") {
+			t.Errorf("approvals list of the canceled call: %s; want its row, with no time left shown", r)
+		}
+		if r := cliRun(t, bin, env, "approvals", "reject", id); r.code != 2 || !strings.Contains(r.stderr, "--reason") {
+			t.Errorf("approvals reject without --reason: %s; want a usage error naming --reason", r)
+		}
 		if r := cliRun(t, bin, env, "approvals", "approve", id); r.code == 0 || !strings.Contains(r.stderr, "409") {
 			t.Errorf("approving the canceled call: %s; want a 409 refusal", r)
 		}

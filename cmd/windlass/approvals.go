@@ -60,9 +60,9 @@ func runApprovals(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "ID\tTOOL\tSTATUS\tREQUESTER\tEXPIRES IN\tARGUMENTS")
 		for _, h := range out.Items {
-			left := time.Until(h.ExpiresAt).Round(time.Second)
-			if h.Status != "pending" {
-				left = 0
+			left := "-" // decided: no time left to show
+			if h.Status == "pending" {
+				left = time.Until(h.ExpiresAt).Round(time.Second).String()
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", h.ID, h.Tool, h.Status, cmp.Or(h.Requester, "-"), left, h.Arguments)
 		}
@@ -70,6 +70,9 @@ func runApprovals(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	case "approve", "reject":
 		if len(pos) != 2 {
 			return &exitError{code: 2, err: fmt.Errorf("approvals %s needs exactly one call id", pos[0])}
+		}
+		if pos[0] == "reject" && strings.TrimSpace(*reason) == "" {
+			return &exitError{code: 2, err: errors.New("approvals reject ID --reason TEXT: a rejection needs --reason (the caller and the model are told it)")}
 		}
 		id := url.PathEscape(pos[1])
 		var body any = map[string]string{"reason": *reason}
