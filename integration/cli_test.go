@@ -238,6 +238,9 @@ func TestCLIQuickStart(t *testing.T) {
 		if r.code != 0 || !strings.HasPrefix(r.stdout, "sent 5.00 EUR to bob") {
 			t.Errorf("the approved call: %s", r)
 		}
+		if !strings.Contains(r.stderr, "call "+id+" to transfer_funds needs approval; waiting") {
+			t.Errorf("the waiting call's stderr %q does not say it waits for approval, with its id", r.stderr)
+		}
 		if r := cliRun(t, bin, env, "approvals", "reject", id, "--reason", "too late"); r.code == 0 || !strings.Contains(r.stderr, "409") {
 			t.Errorf("a second decision: %s; want a 409 refusal", r)
 		}

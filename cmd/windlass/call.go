@@ -1,15 +1,44 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/dispatcher"
 )
+
+// tellApprovalWait says on w that the gated call id waits for approval,
+// and, once the approval service holds it, until when; stop ends it.
+func tellApprovalWait(ctx context.Context, d *dispatcher.Dispatcher, id, tool string, w io.Writer) (stop func()) {
+	fmt.Fprintf(w, "windlass: call %s to %s needs approval; waiting (approve it with: windlass approvals approve %s)\n", id, tool, id)
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if st, err := d.Status(ctx, id); err == nil && st.Approval != nil {
+				if st.Approval.Status == "pending" {
+					fmt.Fprintf(w, "windlass: call %s is waiting for approval, expires at %s\n", id, st.Approval.ExpiresAt.Local().Format(time.RFC3339))
+				}
+				return
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
 
 func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("call", "call [flags] TOOL [JSON]", stderr)
@@ -66,7 +95,18 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fmt.Fprintln(stdout, id)
 		return nil
 	}
+	var stopTelling func()
+	if t, err := d.Tool(name); err == nil && t.Spec().RequiresApproval {
+		// A human decides first, which may take minutes: say so, with the
+		// id to approve, so that the wait is not silent.
+		id := cmp.Or(*callID, windlass.NewCallID())
+		opts = append(opts, dispatcher.WithCallID(id))
+		stopTelling = tellApprovalWait(ctx, d, id, name, stderr)
+	}
 	r, err := d.Call(ctx, name, json.RawMessage(rawArgs), opts...)
+	if stopTelling != nil {
+		stopTelling()
+	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
