@@ -56,19 +56,29 @@ func Add() windlass.Tool {
 	}, windlass.WithDescription("Add two numbers."))
 }
 
-// Sleep sleeps for the given seconds, or until its context ends.
+// Sleep sleeps for the given seconds, or until its context ends, and
+// reports its progress about ten times along the way (at most once a
+// second), so that progress shows in `windlass dev`, `status` and MCP.
 func Sleep() windlass.Tool {
 	return windlass.MustFunc("sleep", func(ctx context.Context, in SleepArgs) (string, error) {
 		d := time.Duration(in.Seconds * float64(time.Second))
+		start := time.Now()
 		t := time.NewTimer(d)
 		defer t.Stop()
-		select {
-		case <-t.C:
-			return fmt.Sprintf("slept %s", d), nil
-		case <-ctx.Done():
-			return "", ctx.Err()
+		tick := time.NewTicker(min(max(d/10, 50*time.Millisecond), time.Second))
+		defer tick.Stop()
+		for {
+			select {
+			case <-t.C:
+				return fmt.Sprintf("slept %s", d), nil
+			case <-tick.C:
+				slept := time.Since(start)
+				windlass.ReportProgress(ctx, float64(slept)/float64(d), fmt.Sprintf("slept %s of %s", slept.Round(time.Second/10), d))
+			case <-ctx.Done():
+				return "", ctx.Err()
+			}
 		}
-	}, windlass.WithDescription("Sleep for a number of seconds (a long-running tool)."), windlass.WithTimeout(time.Hour))
+	}, windlass.WithDescription("Sleep for a number of seconds (a long-running tool); reports its progress."), windlass.WithTimeout(time.Hour))
 }
 
 // TransferFunds pretends to send money; every call needs approval.
