@@ -121,19 +121,78 @@ func (v *durationValue) String() string { return v.d.String() }
 // envError reports a flag's environment variable that could not be used.
 func (v *durationValue) envError() error { return v.envErr }
 
+// intFlag is an integer flag whose default is its environment variable's
+// value when set; a value that is not a whole number is an error naming
+// the variable (see durationFlag).
 func intFlag(fs *flag.FlagSet, name string, def int, usage string) *int {
-	if v, err := strconv.Atoi(os.Getenv(env(name))); err == nil {
-		def = v
+	v := &intValue{n: def}
+	if s := os.Getenv(env(name)); s != "" {
+		if err := v.Set(s); err != nil {
+			v.envErr = fmt.Errorf("$%s %q: %w", env(name), s, err)
+		}
 	}
-	return fs.Int(name, def, usage+" ($"+env(name)+")")
+	fs.Var(v, name, usage+" ($"+env(name)+")")
+	return &v.n
 }
 
-func boolFlag(fs *flag.FlagSet, name string, def bool, usage string) *bool {
-	if v, err := strconv.ParseBool(os.Getenv(env(name))); err == nil {
-		def = v
-	}
-	return fs.Bool(name, def, usage+" ($"+env(name)+")")
+// intValue is the flag.Value of intFlag.
+type intValue struct {
+	n      int
+	envErr error
 }
+
+// Set implements flag.Value.
+func (v *intValue) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return errors.New("want a whole number such as 3")
+	}
+	v.n, v.envErr = n, nil
+	return nil
+}
+
+// String implements flag.Value.
+func (v *intValue) String() string { return strconv.Itoa(v.n) }
+
+func (v *intValue) envError() error { return v.envErr }
+
+// boolFlag is a boolean flag whose default is its environment variable's
+// value when set; a value that is not a boolean is an error naming the
+// variable (see durationFlag).
+func boolFlag(fs *flag.FlagSet, name string, def bool, usage string) *bool {
+	v := &boolValue{b: def}
+	if s := os.Getenv(env(name)); s != "" {
+		if err := v.Set(s); err != nil {
+			v.envErr = fmt.Errorf("$%s %q: %w", env(name), s, err)
+		}
+	}
+	fs.Var(v, name, usage+" ($"+env(name)+")")
+	return &v.b
+}
+
+// boolValue is the flag.Value of boolFlag.
+type boolValue struct {
+	b      bool
+	envErr error
+}
+
+// Set implements flag.Value.
+func (v *boolValue) Set(s string) error {
+	b, err := strconv.ParseBool(s)
+	if err != nil {
+		return errors.New("want true or false (or 1 or 0)")
+	}
+	v.b, v.envErr = b, nil
+	return nil
+}
+
+// String implements flag.Value.
+func (v *boolValue) String() string { return strconv.FormatBool(v.b) }
+
+// IsBoolFlag lets the flag be given without a value (--json).
+func (v *boolValue) IsBoolFlag() bool { return true }
+
+func (v *boolValue) envError() error { return v.envErr }
 
 // common are the flags of every command that talks to the fleet.
 type common struct {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -191,5 +192,31 @@ func TestHelpNeverActs(t *testing.T) {
 		if !errors.As(err, &ee) || ee.code != 2 || stdout.Len() > 0 {
 			t.Errorf("%q = %v, stdout %q; want a usage error (exit 2) and nothing minted", args, err, stdout.String())
 		}
+	}
+}
+
+// TestBadEnvironmentValuesAreRefused: a flag's environment variable whose
+// value does not parse is refused, naming the variable, the value and the
+// form wanted — never silently replaced by the default.
+func TestBadEnvironmentValuesAreRefused(t *testing.T) {
+	t.Setenv("WINDLASS_NATS_URL", "nats://127.0.0.1:1")
+	for _, tc := range []struct{ variable, value, want string }{
+		{"WINDLASS_REPLICAS", "three", "whole number"},
+		{"WINDLASS_JSON", "yes please", "true or false"},
+		{"WINDLASS_TIMEOUT", "30", "duration"},
+	} {
+		t.Run(tc.variable, func(t *testing.T) {
+			t.Setenv(tc.variable, tc.value)
+			args := []string{"call", "add", `{"a":1,"b":2}`}
+			if tc.variable == "WINDLASS_REPLICAS" {
+				args = []string{"approval"}
+			}
+			var stdout, stderr bytes.Buffer
+			err := run(t.Context(), args, &stdout, &stderr)
+			var ee *exitError
+			if !errors.As(err, &ee) || ee.code != 2 || !strings.Contains(err.Error(), "$"+tc.variable) || !strings.Contains(err.Error(), strconv.Quote(tc.value)) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("%s=%q: %v; want a usage error naming the variable, the value and %q", tc.variable, tc.value, err, tc.want)
+			}
+		})
 	}
 }
