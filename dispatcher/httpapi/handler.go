@@ -16,6 +16,7 @@ import (
 
 	"github.com/windlass-dev/windlass/dispatcher"
 	"github.com/windlass-dev/windlass/internal/bearer"
+	"github.com/windlass-dev/windlass/internal/telemetry"
 )
 
 // Defaults of [Config].
@@ -250,9 +251,14 @@ func keyName(r *http.Request) string {
 // apiKeyName is the context key of the API key's name the guard found.
 type apiKeyName struct{}
 
-// guard checks the API key and bounds the body.
+// guard checks the API key and bounds the body; the request's trace
+// context (traceparent, tracestate, baggage) becomes its context's, so the
+// call's spans join the caller's trace.
 func (h *Handler) guard(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		if ctx := telemetry.ExtractHTTP(r.Context(), r.Header); ctx != r.Context() {
+			r = r.WithContext(ctx)
+		}
 		if h.keys.Len() > 0 {
 			token, _ := bearer.FromRequest(r)
 			name, ok := h.keys.Lookup(token)

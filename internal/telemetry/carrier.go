@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"context"
+	"net/http"
 
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel/propagation"
@@ -42,6 +43,20 @@ func Extract(ctx context.Context, h nats.Header) context.Context {
 		return ctx
 	}
 	return Propagator.Extract(ctx, HeaderCarrier(h))
+}
+
+// HTTPPropagator reads what an HTTP caller in any language sends with a
+// request: its W3C trace context (traceparent, tracestate) and baggage.
+var HTTPPropagator propagation.TextMapPropagator = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
+
+// ExtractHTTP returns ctx with the remote span context and baggage that an
+// incoming request's headers carry, if any, so that the spans the request
+// causes join its caller's trace.
+func ExtractHTTP(ctx context.Context, h http.Header) context.Context {
+	if h.Get("traceparent") == "" && h.Get("baggage") == "" {
+		return ctx // nothing to read: no allocation
+	}
+	return HTTPPropagator.Extract(ctx, propagation.HeaderCarrier(h))
 }
 
 // RemoteSpanContext returns the span context carried by h, if valid.
