@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -21,6 +23,29 @@ import (
 	"github.com/windlass-dev/windlass/worker"
 )
 
+// devIgnores are the flags dev shares with other commands and does not
+// use, with why: given on the command line, they are refused rather than
+// silently ignored. (Their environment variables are not: a shell set up
+// for the client commands must still be able to start dev.)
+var devIgnores = map[string]string{
+	"nats-url":    "dev runs its own NATS server (choose its port with --nats-port)",
+	"release-key": "dev signs releases with a key of its own, made at start",
+}
+
+// refuseIgnored refuses the flags of ignored given on the command line.
+func refuseIgnored(fs *flag.FlagSet, ignored map[string]string) error {
+	var errs []error
+	fs.Visit(func(f *flag.Flag) {
+		if why, ok := ignored[f.Name]; ok {
+			errs = append(errs, fmt.Errorf("--%s is not used by %s: %s", f.Name, fs.Name(), why))
+		}
+	})
+	if len(errs) > 0 {
+		return &exitError{code: 2, err: errors.Join(errs...)}
+	}
+	return nil
+}
+
 func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("dev", "dev [flags]", stderr)
 	c := commonFlags(fs)
@@ -36,6 +61,9 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	if len(pos) > 0 {
 		return &exitError{code: 2, err: fmt.Errorf("%s takes no arguments, got %q", fs.Name(), pos)}
+	}
+	if err := refuseIgnored(fs, devIgnores); err != nil {
+		return err
 	}
 	log, err := c.logger(stderr)
 	if err != nil {

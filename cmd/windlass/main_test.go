@@ -220,3 +220,18 @@ func TestBadEnvironmentValuesAreRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestDevRefusesFlagsItIgnores: dev runs its own NATS server and signs
+// with its own key, so --nats-url and --release-key given to it are
+// refused, naming why, before anything starts; their variables in the
+// environment (set for the client commands) are not.
+func TestDevRefusesFlagsItIgnores(t *testing.T) {
+	for _, args := range [][]string{{"dev", "--nats-url", "nats://127.0.0.1:4222"}, {"dev", "--release-key", "ed25519:x"}} {
+		var stdout, stderr bytes.Buffer
+		err := run(t.Context(), args, &stdout, &stderr)
+		var ee *exitError
+		if !errors.As(err, &ee) || ee.code != 2 || !strings.Contains(err.Error(), "not used by dev") {
+			t.Errorf("%q = %v; want a usage error saying dev does not use the flag", args, err)
+		}
+	}
+}
