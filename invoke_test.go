@@ -267,7 +267,11 @@ func TestRunReturnsExecutionError(t *testing.T) {
 		t.Errorf("Run's error %v does not wrap the tool's own error (Err = %v)", err, ee.Err)
 	}
 	// No error of the tool's own: a timeout it did not report, a panic.
-	slow := fnTool(t, 10*time.Millisecond, func(ctx context.Context, _ json.RawMessage) (any, error) { <-ctx.Done(); return nil, nil })
+	// The tool returns only once the test ends, long after its timeout
+	// answered the call (returning at its context's end would race it).
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	slow := fnTool(t, 10*time.Millisecond, func(context.Context, json.RawMessage) (any, error) { <-release; return nil, nil })
 	if _, err := windlass.Run(t.Context(), slow, map[string]any{}); !errors.As(err, &ee) || ee.Code != windlass.CodeTimeout || ee.Err != nil {
 		t.Errorf("a timeout: %v (Err %v), want timeout with no tool error", err, ee.Err)
 	}
