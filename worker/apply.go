@@ -129,7 +129,7 @@ func (w *Worker) resultMessage(d *delivery, result windlass.ToolResult) (windlas
 		origin = "anonymous"
 	}
 	m := &nats.Msg{
-		Subject: layout.ResultSubject(origin, result.CallID),
+		Subject: resultSubject(origin, d, result.CallID),
 		Data:    data,
 		Header:  nats.Header{nats.MsgIdHdr: []string{layout.ResultMsgID(result.CallID)}, layout.HeaderProtocol: []string{protocolVersion}},
 	}
@@ -228,6 +228,15 @@ func (w *Worker) recordRefusal(d *delivery, reason release.Reason, detail string
 }
 
 var protocolVersion = fmt.Sprint(windlass.ProtocolVersion)
+
+// resultSubject is the subject of the answer to callID, reusing the
+// delivery's call token when it is that call's.
+func resultSubject(origin string, d *delivery, callID string) string {
+	if d.token != "" && d.call.ID == callID {
+		return layout.ResultSubjectOfToken(origin, d.token)
+	}
+	return layout.ResultSubject(origin, callID)
+}
 
 // validOrigin reports whether an origin header is a safe subject token.
 func validOrigin(s string) bool {

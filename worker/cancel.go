@@ -34,7 +34,6 @@ type cancellations struct {
 	caughtUpAt atomic.Int64
 	epoch      time.Time
 	probe      chan struct{}
-	lookedUp   atomic.Int64 // calls looked up in the stream before they started
 }
 
 func newCancellations() *cancellations {

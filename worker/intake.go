@@ -242,7 +242,6 @@ func (w *Worker) canceledBefore(d *delivery) (outcome, bool) {
 		getCtx, stop := context.WithTimeout(d.ctx, retry.ReadTimeout)
 		rec, canceled = w.checkCancellation(getCtx, d.call.ID)
 		stop()
-		w.cancels.lookedUp.Add(1)
 		w.cancels.probeSoon()
 	}
 	if !canceled {

@@ -92,10 +92,7 @@ func (p *resultPipe) send(d *delivery, o outcome) {
 	p.room <- struct{}{}
 	d.freeSlot()
 	a.fut, err = p.js.PublishMsgAsync(a.m)
-	if errors.Is(err, nats.ErrMaxPayload) && a.sent.Code() != windlass.CodeResultTooLarge {
-		// The server's limit is below what the client was told (a
-		// reconfigured server): the same answer as a result too large.
-		a.sent, a.m.Data = p.w.tooLarge(a.sent, len(a.m.Data), p.w.cfg.JetStream.Conn().MaxPayload())
+	if a.shrink(p.w, err) {
 		a.fut, err = p.js.PublishMsgAsync(a.m)
 	}
 	if err != nil {
@@ -125,8 +122,7 @@ func (p *resultPipe) drain() {
 // redelivery.
 func (p *resultPipe) again(a *answering) {
 	ack, err := p.w.publishDurably(a.d.ctx, a.m)
-	if errors.Is(err, nats.ErrMaxPayload) && a.sent.Code() != windlass.CodeResultTooLarge {
-		a.sent, a.m.Data = p.w.tooLarge(a.sent, len(a.m.Data), p.w.cfg.JetStream.Conn().MaxPayload())
+	if a.shrink(p.w, err) {
 		ack, err = p.w.publishDurably(a.d.ctx, a.m)
 	}
 	if err != nil {
@@ -143,4 +139,16 @@ func (p *resultPipe) stored(a *answering, ack *jetstream.PubAck) {
 	<-p.room
 	p.w.countAnswer(a.d, a.asked, a.sent, ack.Duplicate)
 	p.w.conclude(a.d, a.o)
+}
+
+// shrink replaces the answer by its result_too_large when its publish
+// failed for the max payload (the server's limit is below what the client
+// was told: a reconfigured server), and reports whether it did, so that
+// the smaller answer is published instead.
+func (a *answering) shrink(w *Worker, err error) bool {
+	if !errors.Is(err, nats.ErrMaxPayload) || a.sent.Code() == windlass.CodeResultTooLarge {
+		return false
+	}
+	a.sent, a.m.Data = w.tooLarge(a.sent, len(a.m.Data), w.cfg.JetStream.Conn().MaxPayload())
+	return true
 }

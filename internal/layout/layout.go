@@ -136,8 +136,12 @@ const ApprovalSubjects = approvalPrefix + "*"
 // id, then the call's token. A dispatcher subscribes to
 // ResultInbox(origin) and so receives its own results and nobody else's.
 func ResultSubject(origin, callID string) string {
-	return resultPrefix + origin + "." + CallToken(callID)
+	return ResultSubjectOfToken(origin, CallToken(callID))
 }
+
+// ResultSubjectOfToken is [ResultSubject] for a call whose token is known
+// already (a worker computes it once per delivery).
+func ResultSubjectOfToken(origin, token string) string { return resultPrefix + origin + "." + token }
 
 // ResultInbox is the subscription that receives every result for origin.
 func ResultInbox(origin string) string { return resultPrefix + origin + ".*" }
