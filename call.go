@@ -37,6 +37,11 @@ type ToolCall struct {
 	SpecHash string `json:"spec_hash,omitempty"`
 	// Metadata carries caller-defined strings (requester, session, ...).
 	Metadata map[string]string `json:"metadata,omitempty"`
+	// ArgumentsRef, on the wire, points at arguments too large for the
+	// call's message, stored in the fleet's object store; Arguments then
+	// holds [ArgumentsByReference]. The fleet fetches them before a tool
+	// runs, so a tool never sees a reference.
+	ArgumentsRef *PayloadRef `json:"arguments_ref,omitempty"`
 }
 
 // ToolResult is the outcome of one call, as it travels on the wire.
@@ -64,6 +69,13 @@ type ToolResult struct {
 	// when no tool ran (the call was refused, canceled before it started,
 	// or answered by the fleet itself).
 	StartedAt time.Time `json:"started_at,omitzero"`
+	// ContentRef and DataRef, on the wire, point at a content and a value
+	// too large for the result's message, stored in the fleet's object
+	// store; Content and Data are then empty. The dispatcher fetches them
+	// before it hands the result to its caller, so a caller never sees a
+	// reference.
+	ContentRef *PayloadRef `json:"content_ref,omitempty"`
+	DataRef    *PayloadRef `json:"data_ref,omitempty"`
 }
 
 // Decode unmarshals the result's Data into v. It fails for an error result.
@@ -151,7 +163,14 @@ func (c ToolCall) Validate() error {
 	if err := ValidateName(c.Name); err != nil {
 		return fmt.Errorf("name: %w", err)
 	}
-	if !isJSONObject(c.Arguments) {
+	if c.ArgumentsRef != nil {
+		if err := c.ArgumentsRef.Validate(); err != nil {
+			return fmt.Errorf("windlass: call %q: arguments_ref: %w", c.ID, err)
+		}
+		if !noArguments(c.Arguments) && string(bytes.TrimSpace(c.Arguments)) != ArgumentsByReference {
+			return fmt.Errorf("windlass: call %q: arguments must be %s when arguments_ref is set", c.ID, ArgumentsByReference)
+		}
+	} else if !isJSONObject(c.Arguments) {
 		return fmt.Errorf("windlass: call %q: arguments must be a JSON object", c.ID)
 	}
 	if c.Attempt < 0 {

@@ -47,6 +47,11 @@ const (
 	// CodeIDConflict: the call id is already taken by a call of another
 	// tool or with other arguments; that call is not this one.
 	CodeIDConflict ErrorCode = "id_conflict"
+	// CodePayloadUnreadable: the call's arguments or its result travel by
+	// reference (see [PayloadRef]) and the object cannot be used: it is
+	// gone (past its lifetime) or does not match its size and digest. Its
+	// content is never used as data.
+	CodePayloadUnreadable ErrorCode = "payload_unreadable"
 )
 
 // CallError is the error object of a failed [ToolResult]: a code a program

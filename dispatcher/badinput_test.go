@@ -12,6 +12,7 @@ import (
 
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/dispatcher"
+	"github.com/windlass-dev/windlass/internal/fleettest"
 	"github.com/windlass-dev/windlass/internal/layout"
 )
 
@@ -61,7 +62,9 @@ func nested(n int) string { return strings.Repeat("[", n) + strings.Repeat("]", 
 func TestHostileArgumentsAreRefusedBeforePublishing(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, greet())
-	huge := strings.Repeat("x", 2<<20) // over the server's 1 MiB max payload
+	d := e.Dispatcher(dispatcher.Config{PayloadLimit: 1 << 20})
+	fleettest.WaitCatalog(t, d, "greet")
+	huge := strings.Repeat("x", 2<<20) // over the dispatcher's limit for arguments
 	tests := []struct {
 		name     string
 		args     any
@@ -71,7 +74,7 @@ func TestHostileArgumentsAreRefusedBeforePublishing(t *testing.T) {
 		{name: "10k levels deep", args: `{"name":` + nested(10_000) + `}`, wantCode: windlass.CodeInvalidArguments, wantText: []string{"$", `rule "json"`, "not valid JSON"}},
 		{name: "1M levels deep", args: json.RawMessage(nested(1_000_000)), wantCode: windlass.CodeInvalidArguments, wantText: []string{"$", `rule "json"`}},
 		{name: "deep but within the decoder's limit", args: `{"name":` + nested(9_000) + `}`, wantCode: windlass.CodeInvalidArguments, wantText: []string{"$.name", `rule "type"`}},
-		{name: "huge valid string", args: map[string]string{"name": huge}, wantCode: windlass.CodePayloadTooLarge, wantText: []string{"max payload", "bytes"}},
+		{name: "huge valid string", args: map[string]string{"name": huge}, wantCode: windlass.CodePayloadTooLarge, wantText: []string{"over the fleet's limit of 1048576 bytes", "nothing was stored"}},
 		{name: "huge wrong type", args: []byte(`{"name":["` + huge + `"]}`), wantCode: windlass.CodeInvalidArguments, wantText: []string{"$.name", `rule "type"`}},
 		{name: "huge number", args: `{"name":1e1000000000}`, wantCode: windlass.CodeInvalidArguments, wantText: []string{"$.name", `rule "number"`}},
 		{name: "number for a string", args: `{"name":7}`, wantCode: windlass.CodeInvalidArguments, wantText: []string{"$.name", `rule "type"`, "want string"}},
@@ -84,7 +87,7 @@ func TestHostileArgumentsAreRefusedBeforePublishing(t *testing.T) {
 		{name: "unencodable Go value", args: map[string]float64{"name": math.NaN()}, wantCode: windlass.CodeInvalidArguments, wantText: []string{"arguments", "NaN"}},
 	}
 	for _, tt := range tests {
-		r, err := e.d.Call(t.Context(), "greet", tt.args)
+		r, err := d.Call(t.Context(), "greet", tt.args)
 		if err != nil || r.Code() != tt.wantCode {
 			t.Errorf("%s: Call = code %q (%.200s), %v; want %s", tt.name, r.Code(), r.Content, err, tt.wantCode)
 		}
@@ -93,7 +96,7 @@ func TestHostileArgumentsAreRefusedBeforePublishing(t *testing.T) {
 				t.Errorf("%s: refusal %.300q does not contain %q", tt.name, r.Content, text)
 			}
 		}
-		_, err = e.d.Submit(t.Context(), "greet", tt.args)
+		_, err = d.Submit(t.Context(), "greet", tt.args)
 		if ce := (*windlass.CallError)(nil); !errors.As(err, &ce) || ce.Code != tt.wantCode {
 			t.Errorf("%s: Submit = %v, want a %s refusal", tt.name, err, tt.wantCode)
 		}

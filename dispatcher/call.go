@@ -60,6 +60,7 @@ type prepared struct {
 	msg      nats.Msg
 	ownID    bool        // the caller chose the id: a resubmit must be recognised
 	gated    bool        // published for the approval service, not the tool
+	large    []byte      // arguments too large for the message: they go by reference
 	argsHash string      // the arguments' canonical hash, for a caller's own id
 	opts     callOptions // as the caller set them
 }
@@ -119,7 +120,13 @@ func (d *Dispatcher) prepare(ctx context.Context, name string, args any, opts []
 			"deadline: %s is past what the protocol encodes (RFC 3339: before the year 10000)", call.Deadline.UTC().Format(time.DateOnly))}
 	}
 
-	data, err := encodeCall(call)
+	encoded, unencoded := call, 0
+	if int64(len(raw)) > d.inline {
+		// Over the inline limit whatever the rest: not copied into a
+		// message that would not be sent (see byReference).
+		encoded.Arguments, unencoded = nil, len(raw)
+	}
+	data, err := encodeCall(encoded)
 	if err != nil {
 		return nil, &windlass.CallError{Code: windlass.CodeInvalidArguments, Message: fmt.Sprintf("encode call: %v", err)}
 	}
@@ -132,16 +139,25 @@ func (d *Dispatcher) prepare(ctx context.Context, name string, args any, opts []
 	if p.argsHash != "" {
 		p.msg.Header[layout.HeaderArgsHash] = []string{p.argsHash}
 	}
-	size := layout.MessageSize(&p.msg)
+	size := layout.MessageSize(&p.msg) + unencoded
 	if d.tracer.Enabled() {
 		size += traceHeaderReserve // traceparent, injected by publish
 	}
 	if info.Spec.RequiresApproval {
 		size += release.Reserve // the approval service publishes it again, with its release
 	}
-	if max := d.cfg.Conn.MaxPayload(); int64(size) > max {
-		return nil, &windlass.CallError{Code: windlass.CodePayloadTooLarge, Message: fmt.Sprintf(
-			"The call to %q is %d bytes encoded, over the NATS server's max payload of %d bytes; send large inputs by reference.", name, size, max)}
+	if int64(size) > d.inline {
+		// Too large for a message: the arguments go by reference (see
+		// byReference), up to the limit.
+		switch {
+		case int64(len(raw)) > d.cfg.PayloadLimit:
+			return nil, &windlass.CallError{Code: windlass.CodePayloadTooLarge, Message: fmt.Sprintf(
+				"The arguments of the call to %q are %d bytes, over the fleet's limit of %d bytes for arguments; nothing was stored.", name, len(raw), d.cfg.PayloadLimit)}
+		case info.Spec.RequiresApproval:
+			return nil, &windlass.CallError{Code: windlass.CodePayloadTooLarge, Message: fmt.Sprintf(
+				"The call to %q is %d bytes encoded, over the %d bytes a call of a gated tool may have: its arguments travel inline, to the approval service and its reviewers; nothing was stored.", name, size, d.inline)}
+		}
+		p.large = raw
 	}
 	p.call, p.subject, p.ownID, p.gated = call, subject, o.id != "", info.Spec.RequiresApproval
 	return p, nil
@@ -224,10 +240,19 @@ func (d *Dispatcher) publish(ctx context.Context, p *prepared) (duplicate bool, 
 		pubCtx, cancel = context.WithDeadline(ctx, p.call.Deadline)
 		defer cancel()
 	}
+	if p.large != nil {
+		if err := d.byReference(pubCtx, p); err != nil {
+			return false, err
+		}
+	}
 	queuedAt := time.Now() // before any worker can take the call
 	ack, retried, err := d.publishDurably(pubCtx, &p.msg)
 	if err != nil {
 		return false, &windlass.CallError{Code: windlass.CodeUnavailable, Message: fmt.Sprintf("The fleet could not accept the call: %v", err)}
+	}
+	if ack.Duplicate && p.call.ArgumentsRef != nil {
+		// The stored call points at its own upload, not this one.
+		d.payloads.Delete(ctx, *p.call.ArgumentsRef)
 	}
 	switch {
 	case !ack.Duplicate && p.gated:
@@ -268,6 +293,23 @@ func (d *Dispatcher) publish(ctx context.Context, p *prepared) (duplicate bool, 
 		return true, conflict(p, rec)
 	}
 	return true, nil
+}
+
+// byReference stores a call's arguments in the payloads bucket and makes
+// its message point at them (see windlass.ToolCall.ArgumentsRef).
+func (d *Dispatcher) byReference(ctx context.Context, p *prepared) error {
+	ref, err := d.payloads.Put(ctx, layout.PayloadArguments, p.call.ID, p.large)
+	if err != nil {
+		return &windlass.CallError{Code: windlass.CodeUnavailable, Message: fmt.Sprintf("The fleet could not store the call's arguments: %v", err)}
+	}
+	call := p.call
+	call.Arguments, call.ArgumentsRef = json.RawMessage(windlass.ArgumentsByReference), &ref
+	data, err := json.Marshal(call)
+	if err != nil {
+		return &windlass.CallError{Code: windlass.CodeInvalidArguments, Message: fmt.Sprintf("encode call: %v", err)}
+	}
+	p.call.ArgumentsRef, p.msg.Data = &ref, data
+	return nil
 }
 
 // conflict is the id_conflict refusal of a call whose id is taken by the
@@ -382,6 +424,9 @@ func (d *Dispatcher) call(ctx context.Context, p *prepared) (windlass.ToolResult
 	}
 	select {
 	case r := <-ch:
+		if r, err = d.resolve(ctx, r); err != nil {
+			return unfetched(p.call, err), err
+		}
 		return r, nil
 	case <-d.done:
 		return refusal(name, ErrClosed)
@@ -399,10 +444,21 @@ func (d *Dispatcher) timedOut(ctx context.Context, call windlass.ToolCall) (wind
 	}
 	fetchCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), retry.ReadTimeout)
 	defer cancel()
-	if r, err := d.Result(fetchCtx, call.ID); err == nil {
+	r, err := d.Result(fetchCtx, call.ID)
+	switch {
+	case err == nil:
 		return r, nil
+	case errors.Is(err, ErrUnavailable):
+		return unfetched(call, err), err // it has a result: not a timeout
 	}
 	return windlass.ErrorResult(call, windlass.CodeTimeout, fmt.Sprintf("Tool %q timed out: no result before the call's deadline (%s).", call.Name, call.Deadline.Format(time.RFC3339Nano))), nil
+}
+
+// unfetched is the result of a call whose result exists but could not be
+// fetched (its objects by reference): unavailable, not what the tool said.
+func unfetched(call windlass.ToolCall, err error) windlass.ToolResult {
+	return windlass.ErrorResult(call, windlass.CodeUnavailable, fmt.Sprintf(
+		"Tool %q answered, but its result could not be fetched; ask for call %q again later: %v", call.Name, call.ID, err))
 }
 
 // refusal turns a pre-publish error into a result (and an error for the
@@ -448,7 +504,25 @@ func (d *Dispatcher) Result(ctx context.Context, callID string) (windlass.ToolRe
 		return windlass.ToolResult{}, fmt.Errorf("dispatcher: result: %w", err)
 	}
 	r, _, err := d.storedResult(ctx, callID)
-	return r, err
+	if err != nil {
+		return r, err
+	}
+	return d.resolve(ctx, r)
+}
+
+// resolve fetches a result's content and value when they travel by
+// reference (see payload.Store.Resolve). One that cannot be used is an
+// error result saying why; one that cannot be fetched now is an error
+// wrapping ErrUnavailable.
+func (d *Dispatcher) resolve(ctx context.Context, r windlass.ToolResult) (windlass.ToolResult, error) {
+	if r.ContentRef == nil && r.DataRef == nil {
+		return r, nil
+	}
+	out, err := d.payloads.Resolve(ctx, r, d.cfg.PayloadLimit)
+	if err != nil {
+		return r, fmt.Errorf("%w: the result of %q is stored by reference and could not be fetched: %w", ErrUnavailable, r.CallID, err)
+	}
+	return out, nil
 }
 
 func decodeResult(callID string, data []byte) (windlass.ToolResult, error) {
@@ -497,13 +571,17 @@ func (d *Dispatcher) Wait(ctx context.Context, callID string) (windlass.ToolResu
 	for interval := 50 * time.Millisecond; ; interval = min(2*interval, 2*time.Second) {
 		select {
 		case r := <-own:
-			return r, nil
+			return d.resolve(ctx, r)
 		case m := <-live:
 			// Prefer a stored earlier answer, should this be a second one.
 			if r, err := d.Result(ctx, callID); err == nil {
 				return r, nil
 			}
-			return decodeResult(callID, m.Data)
+			r, err := decodeResult(callID, m.Data)
+			if err != nil {
+				return r, err
+			}
+			return d.resolve(ctx, r)
 		case <-poll.C:
 			r, err := d.Result(ctx, callID)
 			switch {

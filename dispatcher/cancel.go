@@ -53,7 +53,11 @@ func (d *Dispatcher) Cancel(ctx context.Context, callID, reason string) error {
 	case err != nil:
 		return fmt.Errorf("%w: cancel %q: %w", ErrUnavailable, callID, err)
 	case k.result != nil:
-		return &FinishedError{Result: *k.result}
+		r, err := d.resolve(ctx, *k.result)
+		if err != nil {
+			return fmt.Errorf("cancel %q: %w", callID, err)
+		}
+		return &FinishedError{Result: r}
 	case !k.found:
 		return fmt.Errorf("%w: %q", ErrUnknownCall, callID)
 	}

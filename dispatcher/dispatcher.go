@@ -19,6 +19,7 @@ import (
 
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/internal/layout"
+	"github.com/windlass-dev/windlass/internal/payload"
 	"github.com/windlass-dev/windlass/internal/retry"
 	"github.com/windlass-dev/windlass/internal/telemetry"
 	"github.com/windlass-dev/windlass/registry"
@@ -60,6 +61,16 @@ type Config struct {
 	// Replicas of the streams the dispatcher creates when they are missing.
 	// Default 1.
 	Replicas int
+	// InlineLimit is the largest call message sent inline, in bytes;
+	// the arguments of a larger call travel by reference, through the
+	// fleet's object store (see PROTOCOL.md, "Payloads by reference").
+	// Default 256 KiB; never above the NATS server's max payload.
+	InlineLimit int64
+	// PayloadLimit is the largest arguments, and the largest result value,
+	// the dispatcher sends or fetches by reference, in bytes. Larger
+	// arguments are refused payload_too_large before anything is stored;
+	// a larger result is answered result_too_large. Default 64 MiB.
+	PayloadLimit int64
 	// Logger receives the dispatcher's logs. Default: discard.
 	Logger *slog.Logger
 	// TracerProvider traces each call's publish (a producer span, child of
@@ -85,6 +96,8 @@ type Dispatcher struct {
 	cancels  jetstream.Stream
 	dead     jetstream.Stream
 	refusals jetstream.Stream
+	payloads *payload.Store // arguments and results by reference
+	inline   int64          // the largest call message sent inline
 	view     *registry.View
 	sub      *nats.Subscription
 
@@ -113,6 +126,8 @@ func (c Config) withDefaults() Config {
 	c.QueueAllowance = cmp.Or(c.QueueAllowance, DefaultQueueAllowance)
 	c.MaxWait = cmp.Or(c.MaxWait, DefaultMaxWait)
 	c.ApprovalWait = cmp.Or(c.ApprovalWait, DefaultApprovalWait)
+	c.InlineLimit = cmp.Or(c.InlineLimit, payload.DefaultInline)
+	c.PayloadLimit = cmp.Or(c.PayloadLimit, payload.DefaultMax)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -133,6 +148,10 @@ func (c Config) validate() error {
 		return fmt.Errorf("dispatcher: Config.MaxWait must not be negative, got %s", c.MaxWait)
 	case c.ApprovalWait < 0:
 		return fmt.Errorf("dispatcher: Config.ApprovalWait must not be negative, got %s", c.ApprovalWait)
+	case c.InlineLimit < 0:
+		return fmt.Errorf("dispatcher: Config.InlineLimit must not be negative, got %d", c.InlineLimit)
+	case c.PayloadLimit < c.InlineLimit:
+		return fmt.Errorf("dispatcher: Config.PayloadLimit must be at least InlineLimit (%d), got %d", c.InlineLimit, c.PayloadLimit)
 	case windlass.ValidateName(c.ID) != nil:
 		return fmt.Errorf("dispatcher: Config.ID %q must match %s (it is a subject token)", c.ID, windlass.NamePattern)
 	}
@@ -154,7 +173,12 @@ func New(ctx context.Context, cfg Config) (*Dispatcher, error) {
 	if err := layout.EnsureStreams(ctx, js, layout.AllStreams(opts)...); err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
-	d := &Dispatcher{cfg: cfg, js: js, done: make(chan struct{}), sweeperDone: make(chan struct{}), originHeader: []string{cfg.ID}}
+	obs, err := layout.EnsurePayloads(ctx, js, opts)
+	if err != nil {
+		return nil, fmt.Errorf("dispatcher: %w", err)
+	}
+	d := &Dispatcher{cfg: cfg, js: js, done: make(chan struct{}), sweeperDone: make(chan struct{}), originHeader: []string{cfg.ID},
+		payloads: payload.New(obs, cfg.Conn.MaxPayload()), inline: min(cfg.InlineLimit, cfg.Conn.MaxPayload())}
 	for name, s := range map[string]*jetstream.Stream{
 		layout.CallsStream: &d.calls, layout.ResultsStream: &d.results, layout.EventsStream: &d.events, layout.CancelsStream: &d.cancels, layout.DeadStream: &d.dead,
 		layout.RefusalsStream: &d.refusals,
@@ -181,6 +205,10 @@ func New(ctx context.Context, cfg Config) (*Dispatcher, error) {
 	go d.sweepAfterReconnects()
 	return d, nil
 }
+
+// PayloadLimit is the largest arguments the dispatcher sends, and the
+// largest result value it fetches, by reference (Config.PayloadLimit).
+func (d *Dispatcher) PayloadLimit() int64 { return d.cfg.PayloadLimit }
 
 // ID returns the dispatcher instance's id.
 func (d *Dispatcher) ID() string { return d.cfg.ID }

@@ -15,6 +15,8 @@ import (
 
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/dispatcher"
+	"github.com/windlass-dev/windlass/internal/fleettest"
+	"github.com/windlass-dev/windlass/worker"
 )
 
 // TestOneIDIsOneCall: a call id the caller chose names one call — one
@@ -118,10 +120,10 @@ func TestOneIDIsOneCall(t *testing.T) {
 	}
 }
 
-// TestResultTooLargeReachesTheCaller: a tool whose result is over the NATS
-// server's max payload is answered result_too_large at once — Call and
-// Wait on another instance get it long before the call's deadline — and
-// the tool runs once.
+// TestResultTooLargeReachesTheCaller: a tool whose result is over its
+// worker's limit for results by reference is answered result_too_large at
+// once — Call and Wait on another instance get it long before the call's
+// deadline — and the tool runs once.
 func TestResultTooLargeReachesTheCaller(t *testing.T) {
 	t.Parallel()
 	var runs atomic.Int64
@@ -129,19 +131,21 @@ func TestResultTooLargeReachesTheCaller(t *testing.T) {
 		runs.Add(1)
 		return strings.Repeat("x", 2<<20), nil
 	})
-	e := newEnv(t, big)
+	e := newEnv(t)
+	e.StartWorker(worker.Config{PayloadLimit: 1 << 20}, big)
+	fleettest.WaitCatalog(t, e.d, "big")
 	other := e.another()
 	e.liveIn(other, "big", "")
 	start := time.Now()
 	r, err := e.d.Call(t.Context(), "big", nil, dispatcher.WithCallID("big-1"), dispatcher.WithTimeout(time.Minute))
-	if err != nil || r.Code() != windlass.CodeResultTooLarge || !strings.Contains(r.Content, "over the fleet's limit") {
-		t.Fatalf("Call = %.300v, %v; want result_too_large", r, err)
+	if err != nil || r.Code() != windlass.CodeResultTooLarge || !strings.Contains(r.Content, "over the limit of 1048576 bytes") {
+		t.Fatalf("Call = %.300q, %v; want result_too_large", r.Content, err)
 	}
 	if took := time.Since(start); took > 30*time.Second {
 		t.Errorf("the answer took %s", took)
 	}
 	if w, err := other.Wait(waitCtx(t, 10*time.Second), "big-1"); err != nil || w.Code() != windlass.CodeResultTooLarge {
-		t.Errorf("Wait on another instance = %.300v, %v", w, err)
+		t.Errorf("Wait on another instance = %.300q, %v", w.Content, err)
 	}
 	if n := runs.Load(); n != 1 {
 		t.Errorf("the tool ran %d times, want once", n)

@@ -113,8 +113,12 @@ func (d *Dispatcher) Status(ctx context.Context, callID string) (CallStatus, err
 	if k.found {
 		st.State, st.Tool, st.QueuedAt, st.Deadline = StateQueued, k.rec.tool, k.rec.queuedAt, k.rec.deadline
 	}
-	if r := k.result; r != nil {
-		st.State, st.Result, st.Tool, st.Attempt, st.Worker, st.StartedAt = StateFinished, r, r.Name, r.Attempt, r.Worker, r.StartedAt
+	if k.result != nil {
+		r, err := d.resolve(ctx, *k.result)
+		if err != nil {
+			return unavailable(err)
+		}
+		st.State, st.Result, st.Tool, st.Attempt, st.Worker, st.StartedAt = StateFinished, &r, r.Name, r.Attempt, r.Worker, r.StartedAt
 		return st, nil
 	}
 	started, hasStarted, err := d.lastEvent(ctx, callID, windlass.EventStarted)

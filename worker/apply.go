@@ -14,6 +14,7 @@ import (
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/approval/release"
 	"github.com/windlass-dev/windlass/internal/layout"
+	"github.com/windlass-dev/windlass/internal/payload"
 	"github.com/windlass-dev/windlass/internal/retry"
 	"github.com/windlass-dev/windlass/internal/telemetry"
 	"github.com/windlass-dev/windlass/internal/textcut"
@@ -99,10 +100,12 @@ func (s *stats) add(c counter) {
 func (w *Worker) countAnswer(d *delivery, asked, sent windlass.ToolResult, duplicate bool) {
 	ctx := d.ctx
 	if sent.Code() == windlass.CodeResultTooLarge && asked.Code() != windlass.CodeResultTooLarge {
-		d.log.WarnContext(ctx, "worker: the tool's result is over the max payload; answered result_too_large", "error", sent.Content)
+		d.log.WarnContext(ctx, "worker: the tool's result is over its limit; answered result_too_large", "error", sent.Content)
 	}
 	if duplicate {
 		w.stats.duplicateResults.Add(1)
+		// The stored answer points at its own objects, if any.
+		w.payloads.Forget(ctx, sent)
 	}
 	w.metrics.Answered(ctx, sent)
 	if sent.IsError {
@@ -120,27 +123,56 @@ func (w *Worker) countAnswer(d *delivery, asked, sent windlass.ToolResult, dupli
 // tooLarge): the tool did its work, and leaving the call for redelivery
 // would only run it again, to the same end.
 func (w *Worker) resultMessage(d *delivery, result windlass.ToolResult) (windlass.ToolResult, *nats.Msg, error) {
-	data, err := json.Marshal(result)
-	if err != nil {
-		return result, nil, fmt.Errorf("encode result: %w", err)
-	}
 	origin := d.origin
 	if !validOrigin(origin) {
 		origin = "anonymous"
 	}
 	m := &nats.Msg{
 		Subject: resultSubject(origin, d, result.CallID),
-		Data:    data,
 		Header:  nats.Header{nats.MsgIdHdr: []string{layout.ResultMsgID(result.CallID)}, layout.HeaderProtocol: []string{protocolVersion}},
 	}
 	if d.meta != nil {
 		layout.SetCallRecord(m.Header, d.meta.Timestamp, d.call.Deadline, d.msg.Headers().Get(layout.HeaderArgsHash))
+	}
+	var err error
+	if payload.Inline(result, w.inline) {
+		if m.Data, err = json.Marshal(result); err != nil {
+			return result, nil, fmt.Errorf("encode result: %w", err)
+		}
+	}
+	if m.Data == nil || int64(layout.MessageSize(m)) > w.inline {
+		// Too large for a message (escaping can make it so): its content
+		// and value go by reference, up to the tool's limit.
+		if result, m.Data, err = w.byReference(d, result); err != nil {
+			return result, nil, err
+		}
 	}
 	limit := w.cfg.JetStream.Conn().MaxPayload()
 	if size := layout.MessageSize(m); limit > 0 && int64(size) > limit {
 		result, m.Data = w.tooLarge(result, size, limit)
 	}
 	return result, m, nil
+}
+
+// byReference stores a result's content and value in the payloads bucket
+// and returns the result that points at them, encoded; a value over the
+// tool's limit is answered result_too_large instead (see tooLarge). When
+// the bucket cannot be written, the call is left for redelivery, like a
+// result that cannot be published.
+func (w *Worker) byReference(d *delivery, result windlass.ToolResult) (windlass.ToolResult, []byte, error) {
+	if size, limit := payload.ValueSize(result), w.payloadLimit(d.t); size > limit {
+		answer, data := w.tooLarge(result, int(size), limit)
+		return answer, data, nil
+	}
+	stub, err := w.payloads.Offload(d.ctx, result)
+	if err != nil {
+		return result, nil, fmt.Errorf("store the result by reference: %w", err)
+	}
+	data, err := json.Marshal(stub)
+	if err != nil {
+		return result, nil, fmt.Errorf("encode result: %w", err)
+	}
+	return stub, data, nil
 }
 
 // publishDurably publishes m to its stream and waits for the stream's
@@ -163,6 +195,11 @@ func (w *Worker) publishDurably(ctx context.Context, m *nats.Msg) (*jetstream.Pu
 func (w *Worker) recordDead(d *delivery, cause windlass.CallError, deliveries int) bool {
 	ctx, log, call := d.ctx, d.log, d.call
 	call.Attempt = 0 // the replay starts afresh
+	if d.argsRef != nil {
+		// Arguments by reference stay there (as long as the bucket keeps
+		// them): the record points at them.
+		call.Arguments, call.ArgumentsRef = json.RawMessage(windlass.ArgumentsByReference), d.argsRef
+	}
 	cause.Message = textcut.Cut(cause.Message, maxEventText)
 	rec := windlass.DeadCall{Call: call, Error: cause, Deliveries: deliveries, Worker: w.cfg.ID, DiedAt: time.Now(), Origin: d.origin}
 	data, err := json.Marshal(rec)

@@ -168,26 +168,25 @@ func TestInvalidUTF8ArgumentsReachTheToolReplaced(t *testing.T) {
 	b.callsStreamEmpties()
 }
 
-// TestResultOverMaxPayloadIsAnswered runs a tool whose result is larger
-// than the server's max payload. The worker cannot publish that result; it
-// answers the call result_too_large (naming the size and the limit) at
-// once, stores that answer and acks the call, instead of retrying the
-// publish and leaving the call for redelivery, which ran the tool again
-// and again until its deliveries ran out and told the caller worker_lost.
-func TestResultOverMaxPayloadIsAnswered(t *testing.T) {
+// TestResultOverItsLimitIsAnswered runs a tool whose result is larger
+// than its worker's limit for results by reference. The worker does not
+// store that result; it answers the call result_too_large (naming the size
+// and the limit) at once, stores that answer and acks the call, instead of
+// leaving the call for redelivery, which ran the tool again and again
+// until its deliveries ran out and told the caller worker_lost.
+func TestResultOverItsLimitIsAnswered(t *testing.T) {
 	t.Parallel()
 	b := newBench(t)
 	var runs atomic.Int64
-	w, _ := b.start(worker.Config{AckWait: time.Second}, countingEcho(&runs))
-	// Content and data both carry the text: ~1.2 MiB, over the 1 MiB max.
+	w, _ := b.start(worker.Config{AckWait: time.Second, PayloadLimit: 512 << 10}, countingEcho(&runs))
 	b.publish(windlass.ToolCall{ID: "big-result", Name: "echo", Arguments: json.RawMessage(`{"text":"` + strings.Repeat("r", 600<<10) + `"}`)})
 	r := b.result(10 * time.Second)
 	if r.CallID != "big-result" || r.Code() != windlass.CodeResultTooLarge || r.Error.Retryable ||
-		!strings.Contains(r.Content, "1048576 bytes") || !strings.Contains(r.Content, "ran and finished") || r.Attempt != 1 || r.StartedAt.IsZero() {
-		t.Errorf("result %.400v, want result_too_large naming the size and the limit", r)
+		!strings.Contains(r.Content, "is 614402 bytes, over the limit of 524288 bytes") || !strings.Contains(r.Content, "ran and finished") || r.Attempt != 1 || r.StartedAt.IsZero() {
+		t.Errorf("result %.400q (attempt %d), want result_too_large naming the size and the limit", r.Content, r.Attempt)
 	}
 	if stored, ok := b.storedResult("big-result"); !ok || stored.Code() != windlass.CodeResultTooLarge {
-		t.Errorf("stored answer %.300v (found %v)", stored, ok)
+		t.Errorf("stored answer %.300q (found %v)", stored.Content, ok)
 	}
 	b.callsStreamEmpties()
 	if runs.Load() != 1 {

@@ -1,7 +1,9 @@
 package worker
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -12,6 +14,7 @@ import (
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/approval/release"
 	"github.com/windlass-dev/windlass/internal/layout"
+	"github.com/windlass-dev/windlass/internal/payload"
 	"github.com/windlass-dev/windlass/internal/retry"
 )
 
@@ -32,6 +35,7 @@ type delivery struct {
 	call windlass.ToolCall
 	hb   *heartbeat // from the call's decoding until the message is settled
 
+	argsRef *windlass.PayloadRef    // where the call's arguments came from, when by reference
 	token   string                  // the call's subject token, its key in the cancellations
 	callCtx context.Context         // the tool's, canceled by a cancellation or the shutdown grace
 	cancel  context.CancelCauseFunc // of callCtx
@@ -68,7 +72,7 @@ type guard func(*delivery) (o outcome, stop bool)
 // intakeGuards lists the intake's checks in the order they run; New sets
 // w.guards from it once, so no call builds the list again.
 func (w *Worker) intakeGuards() []guard {
-	return []guard{w.decode, w.admitGated, w.alreadyAnswered, w.outOfDeliveries, w.refuse, w.canceledBefore}
+	return []guard{w.decode, w.admitGated, w.alreadyAnswered, w.outOfDeliveries, w.refuse, w.canceledBefore, w.fetchArguments}
 }
 
 // intake runs the guards in order, each of them once the earlier ones have
@@ -252,6 +256,44 @@ func (w *Worker) canceledBefore(d *delivery) (outcome, bool) {
 	o := answered(verbAck, r)
 	o.count, o.note, o.level = countCanceled, "worker: call was canceled before it started; answering canceled", slog.LevelInfo
 	return o, true
+}
+
+// fetchArguments fetches the arguments of a call that carries them by
+// reference (windlass.ToolCall.ArgumentsRef), last, once nothing else
+// stops the call: the tool gets them decoded as usual, and validated
+// against its schema in full. Arguments over the tool's limit are
+// answered payload_too_large without being read; an object that is gone
+// or not the reference's payload_unreadable, never used. When the object
+// store cannot be read now, the call is handed back for a later delivery.
+func (w *Worker) fetchArguments(d *delivery) (outcome, bool) {
+	ref := d.call.ArgumentsRef
+	if ref == nil {
+		return outcome{}, false
+	}
+	args, err := w.payloads.Get(d.ctx, *ref, w.payloadLimit(d.t))
+	var tooLarge *payload.TooLargeError
+	var r windlass.ToolResult
+	switch {
+	case err == nil:
+		d.call.Arguments, d.call.ArgumentsRef, d.argsRef = args, nil, ref
+		return outcome{}, false
+	case errors.As(err, &tooLarge):
+		r = windlass.ErrorResult(d.call, windlass.CodePayloadTooLarge, fmt.Sprintf(
+			"The arguments of the call to %q are %d bytes, over the tool's limit of %d bytes for arguments; they were not read.", d.call.Name, tooLarge.Size, tooLarge.Limit))
+	case errors.Is(err, payload.ErrUnreadable):
+		r = windlass.ErrorResult(d.call, windlass.CodePayloadUnreadable, fmt.Sprintf(
+			"The arguments of the call to %q, stored by reference, cannot be used: %v. The tool did not run.", d.call.Name, err))
+	default:
+		return outcome{verb: verbRequeue, delay: time.Second, count: countRequeued, note: "worker: could not fetch the call's arguments; handing it back", level: slog.LevelWarn,
+			attrs: []any{"error", err}}, true
+	}
+	r.Worker = w.cfg.ID
+	return answered(verbAck, r), true
+}
+
+// payloadLimit is the limit by reference of a tool's arguments and value.
+func (w *Worker) payloadLimit(t *registered) int64 {
+	return cmp.Or(t.cfg.payloadLimit, w.cfg.PayloadLimit)
 }
 
 // cancelCheckAfter is the queue wait past which a call is looked up in the

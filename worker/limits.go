@@ -8,13 +8,14 @@ import (
 	"github.com/windlass-dev/windlass/internal/textcut"
 )
 
-// What a worker publishes must fit the NATS server's max payload (1 MiB by
-// default). A tool's result that does not is answered result_too_large:
-// the tool ran and finished, and running it again would give the same
-// result, so the call is answered and acked, never left for redelivery.
-// Texts of events and records (progress, a retrying error, a dead call's
-// error, a refusal's detail) are cut instead: they are advice, and must
-// neither fail a call nor fill a stream.
+// A result too large for a message travels by reference (see
+// byReference), up to the tool's limit (Config.PayloadLimit,
+// WithPayloadLimit). A tool's result over that limit is answered
+// result_too_large: the tool ran and finished, and running it again would
+// give the same result, so the call is answered and acked, never left for
+// redelivery. Texts of events and records (progress, a retrying error, a
+// dead call's error, a refusal's detail) are cut instead: they are advice,
+// and must neither fail a call nor fill a stream.
 
 // maxEventText bounds each text of an event or record a worker publishes.
 const maxEventText = 16 << 10
@@ -23,10 +24,10 @@ const maxEventText = 16 << 10
 // result_too_large, with the attempt's facts (worker, attempt, start,
 // duration) kept. It returns the answer and its encoding.
 func (w *Worker) tooLarge(result windlass.ToolResult, size int, limit int64) (windlass.ToolResult, []byte) {
-	text := fmt.Sprintf("Tool %q ran and finished (attempt %d), but its result is %d bytes encoded, over the fleet's limit of %d bytes (the NATS server's max payload), so it cannot be delivered. The call is not run again; have the tool return less, or a reference to the data.",
+	text := fmt.Sprintf("Tool %q ran and finished (attempt %d), but its result is %d bytes, over the limit of %d bytes for a result, so it cannot be delivered. The call is not run again; have the tool return less, or a reference to the data.",
 		result.Name, result.Attempt, size, limit)
 	if result.IsError {
-		text = fmt.Sprintf("Tool %q failed (attempt %d), and its error is %d bytes encoded, over the fleet's limit of %d bytes (the NATS server's max payload). The error begins: %s",
+		text = fmt.Sprintf("Tool %q failed (attempt %d), and its error is %d bytes, over the limit of %d bytes for a result. The error begins: %s",
 			result.Name, result.Attempt, size, limit, textcut.Cut(result.Content, 1<<10))
 	}
 	answer := windlass.ErrorResult(windlass.ToolCall{ID: result.CallID, Name: result.Name}, windlass.CodeResultTooLarge, text)

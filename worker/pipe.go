@@ -85,7 +85,7 @@ func (p *resultPipe) send(d *delivery, o outcome) {
 	a := &answering{d: d, o: o, asked: o.answer}
 	var err error
 	if a.sent, a.m, err = p.w.resultMessage(d, o.answer); err != nil {
-		d.log.ErrorContext(d.ctx, "worker: could not encode the result; leaving the call for redelivery", "error", err)
+		d.log.ErrorContext(d.ctx, "worker: could not prepare the result's message; leaving the call for redelivery", "error", err)
 		d.end(p.w)
 		return
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/approval/release"
 	"github.com/windlass-dev/windlass/internal/layout"
+	"github.com/windlass-dev/windlass/internal/payload"
 	"github.com/windlass-dev/windlass/internal/retry"
 	"github.com/windlass-dev/windlass/internal/telemetry"
 	"github.com/windlass-dev/windlass/registry"
@@ -77,6 +78,17 @@ type Config struct {
 	// ledger (a JetStream key-value bucket, layout.ReleasesBucket), which it
 	// creates when it is missing.
 	Releases *release.Verifier
+	// InlineLimit is the largest result message sent inline, in bytes; a
+	// larger result's content and value travel by reference, through the
+	// fleet's object store (see PROTOCOL.md, "Payloads by reference").
+	// Default 256 KiB; never above the NATS server's max payload.
+	InlineLimit int64
+	// PayloadLimit is the largest result value, and the largest arguments,
+	// a tool of this worker returns or takes by reference, in bytes (a
+	// tool may set its own: WithPayloadLimit). A larger result is answered
+	// result_too_large; larger arguments payload_too_large, unread.
+	// Default 64 MiB.
+	PayloadLimit int64
 	// Logger receives the worker's logs. Default: discard. Lines written
 	// while a call is handled are logged with the call's context, which
 	// carries its span when tracing is on.
@@ -106,6 +118,8 @@ func (c Config) withDefaults() Config {
 	c.MaxDeliver = cmp.Or(c.MaxDeliver, DefaultMaxDeliver)
 	c.Heartbeat = cmp.Or(c.Heartbeat, min(c.AckWait/3, 2*time.Second))
 	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, DefaultShutdownGrace)
+	c.InlineLimit = cmp.Or(c.InlineLimit, payload.DefaultInline)
+	c.PayloadLimit = cmp.Or(c.PayloadLimit, payload.DefaultMax)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -128,6 +142,10 @@ func (c Config) validate() error {
 		return fmt.Errorf("worker: Config.Heartbeat must be from 10ms to AckWait/3, got %s", c.Heartbeat)
 	case c.ShutdownGrace < 0:
 		return fmt.Errorf("worker: Config.ShutdownGrace must not be negative, got %s", c.ShutdownGrace)
+	case c.InlineLimit < 0:
+		return fmt.Errorf("worker: Config.InlineLimit must not be negative, got %d", c.InlineLimit)
+	case c.PayloadLimit < c.InlineLimit:
+		return fmt.Errorf("worker: Config.PayloadLimit must be at least InlineLimit (%d), got %d", c.InlineLimit, c.PayloadLimit)
 	}
 	return nil
 }
@@ -148,6 +166,7 @@ func sanitizeID(s string) string {
 type ToolOption func(*toolConfig)
 
 type toolConfig struct {
+	payloadLimit int64 // 0: the worker's
 	concurrency  int
 	maxQueueWait time.Duration
 	retry        RetryPolicy
@@ -156,6 +175,12 @@ type toolConfig struct {
 // WithConcurrency bounds the calls of this tool running at once in this
 // worker. Default 256.
 func WithConcurrency(n int) ToolOption { return func(c *toolConfig) { c.concurrency = n } }
+
+// WithPayloadLimit bounds, in bytes, the arguments this tool takes and
+// the value it returns by reference (see Config.PayloadLimit, the
+// default): a larger result is answered result_too_large, larger
+// arguments payload_too_large without being read.
+func WithPayloadLimit(n int64) ToolOption { return func(c *toolConfig) { c.payloadLimit = n } }
 
 // WithMaxQueueWait bounds how long a call may wait in the queue before it
 // starts (schedule-to-start). A call that waited longer is answered timeout
@@ -194,6 +219,9 @@ type Worker struct {
 
 	cancels                                                 *cancellations
 	callsStream, resultsStream, eventsStream, cancelsStream jetstream.Stream
+
+	payloads *payload.Store // arguments and results by reference; set by Run
+	inline   int64          // the largest result message sent inline
 
 	releases *release.Verifier // never nil: one that trusts no key refuses every release
 	ledger   *release.Ledger   // set by Run when a tool is gated
@@ -325,6 +353,12 @@ func (w *Worker) openStores(ctx context.Context, tools []*registered) error {
 			return fmt.Errorf("worker: %w", err)
 		}
 	}
+	obs, err := layout.EnsurePayloads(ctx, js, opts)
+	if err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	w.payloads = payload.New(obs, js.Conn().MaxPayload())
+	w.inline = min(w.cfg.InlineLimit, js.Conn().MaxPayload())
 	i := slices.IndexFunc(tools, func(t *registered) bool { return t.spec.RequiresApproval })
 	if i < 0 {
 		return nil

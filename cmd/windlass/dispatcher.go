@@ -35,7 +35,8 @@ func runDispatcher(ctx context.Context, args []string, stdout, stderr io.Writer)
 	listen := stringFlag(fs, "listen", "127.0.0.1:8080", "address of the HTTP API (/v1/...) and its probes (/healthz, /readyz)")
 	apiKeys := stringFlag(fs, "api-keys", "", "comma-separated accepted API keys as [name=]<sha256 hex> (windlass dispatcher apikey); none: the API is open")
 	apiKeyFile := stringFlag(fs, "api-key-file", "", "file of accepted API keys, one [name=]<sha256 hex> a line, # comments; adds to --api-keys")
-	maxBody := intFlag(fs, "max-body", httpapi.DefaultMaxBodyBytes, "largest request body, in bytes")
+	maxBody := intFlag(fs, "max-body", 0, "largest request body, in bytes (0: the payload limit and 1 MiB)")
+	inline, payloadLimit := payloadFlags(fs)
 	maxWait := durationFlag(fs, "max-wait", httpapi.DefaultMaxWait, "longest a POST /v1/calls waits for the result before answering 202 with the call's URL")
 	replicas := intFlag(fs, "replicas", 1, "replicas of the streams when this dispatcher creates them")
 	metricsListen := metricsFlag(fs)
@@ -61,7 +62,8 @@ func runDispatcher(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return err
 	}
 	defer stopTelemetry()
-	d, err := dispatcher.New(ctx, dispatcher.Config{Conn: sess.nc, Registry: sess.reg, ID: sess.dispatcherID, Replicas: *replicas, Logger: sess.log})
+	d, err := dispatcher.New(ctx, dispatcher.Config{Conn: sess.nc, Registry: sess.reg, ID: sess.dispatcherID, Replicas: *replicas, Logger: sess.log,
+		InlineLimit: int64(*inline), PayloadLimit: int64(*payloadLimit)})
 	if err != nil {
 		return err
 	}

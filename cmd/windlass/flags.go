@@ -124,6 +124,15 @@ func (v *durationValue) envError() error { return v.envErr }
 // intFlag is an integer flag whose default is its environment variable's
 // value when set; a value that is not a whole number is an error naming
 // the variable (see durationFlag).
+// payloadFlags registers the limits of payloads by reference (see
+// PROTOCOL.md, "Payloads by reference"): their zero values are the
+// components' defaults.
+func payloadFlags(fs *flag.FlagSet) (inline, limit *int) {
+	inline = intFlag(fs, "inline-limit", 0, "largest call or result message sent inline, in bytes; larger arguments and results travel by reference through the object store (0: 256 KiB)")
+	limit = intFlag(fs, "payload-limit", 0, "largest arguments or result value by reference, in bytes (0: 64 MiB)")
+	return inline, limit
+}
+
 func intFlag(fs *flag.FlagSet, name string, def int, usage string) *int {
 	v := &intValue{n: def}
 	if s := os.Getenv(env(name)); s != "" {

@@ -29,6 +29,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	healthListen := healthFlag(fs)
 	metricsListen := metricsFlag(fs)
 	mcpServers := mcpFlag(fs)
+	inline, payloadLimit := payloadFlags(fs)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -63,7 +64,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	defer stopTelemetry()
 	wcfg := worker.Config{JetStream: js, Registry: reg, ID: *id, MaxConcurrency: *concurrency,
 		AckWait: *ackWait, ShutdownGrace: *grace, Replicas: *replicas, Replace: *replace, Logger: log,
-		Releases: verifier}
+		Releases: verifier, InlineLimit: int64(*inline), PayloadLimit: int64(*payloadLimit)}
 	w, err := worker.New(wcfg)
 	if err != nil {
 		return err

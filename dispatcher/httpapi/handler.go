@@ -19,9 +19,11 @@ import (
 	"github.com/windlass-dev/windlass/internal/telemetry"
 )
 
+// bodyEnvelope is the room a request body has beyond its arguments.
+const bodyEnvelope = 1 << 20
+
 // Defaults of [Config].
 const (
-	DefaultMaxBodyBytes = 1 << 20
 	DefaultMaxWait      = 60 * time.Second
 	DefaultMaxStaleness = 30 * time.Second
 	DefaultKeepAlive    = 15 * time.Second
@@ -41,8 +43,9 @@ type Config struct {
 	// logs a warning saying so.
 	APIKeys []APIKey
 	// MaxBodyBytes bounds a request body; a larger one is answered 413
-	// payload_too_large. Default 1 MiB, the NATS server's default max
-	// payload (a call larger than the server's is refused all the same).
+	// payload_too_large. Default: the dispatcher's PayloadLimit (64 MiB by
+	// default: arguments that large travel by reference) and 1 MiB for
+	// the rest of the request.
 	MaxBodyBytes int64
 	// MaxWait bounds how long POST /v1/calls waits for a result before it
 	// answers 202 with the call's URL; a request's wait_ms may ask for
@@ -130,7 +133,9 @@ func Routes() []Route {
 // withDefaults returns c with every zero field set to its default: the one
 // place the handler's defaults are decided.
 func (c Config) withDefaults() Config {
-	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, DefaultMaxBodyBytes)
+	if c.MaxBodyBytes == 0 && c.Dispatcher != nil {
+		c.MaxBodyBytes = c.Dispatcher.PayloadLimit() + bodyEnvelope
+	}
 	c.MaxWait = cmp.Or(c.MaxWait, DefaultMaxWait)
 	c.MaxStaleness = cmp.Or(c.MaxStaleness, DefaultMaxStaleness)
 	c.KeepAlive = cmp.Or(c.KeepAlive, DefaultKeepAlive)

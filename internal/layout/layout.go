@@ -40,6 +40,11 @@ const (
 // package approval/release). Its stream is "KV_" + ReleasesBucket.
 const ReleasesBucket = "WINDLASS_RELEASES"
 
+// PayloadsBucket is the JetStream object store of the payloads too large
+// for a message: a call's arguments, a result's content and value (see
+// windlass.PayloadRef). Its stream is "OBJ_" + PayloadsBucket.
+const PayloadsBucket = "WINDLASS_PAYLOADS"
+
 // Subject roots.
 const (
 	callPrefix     = "windlass.call."
@@ -445,6 +450,56 @@ func EnsureReleases(ctx context.Context, js jetstream.JetStream, o StreamOptions
 		return nil, fmt.Errorf("layout: ensure bucket %s: %w", ReleasesBucket, err)
 	}
 	return kv, nil
+}
+
+// Payload kinds, the first part of a payload object's name.
+const (
+	PayloadArguments = "args"
+	PayloadContent   = "content"
+	PayloadData      = "data"
+)
+
+// PayloadObject is the name of a call's payload object of a kind
+// (PayloadArguments, PayloadContent, PayloadData): the kind, the call's
+// token and a unique part, so that a second upload for the same call (a
+// resubmit, a redelivered attempt) never replaces the object a stored
+// message already points at.
+func PayloadObject(kind, callID, unique string) string {
+	return kind + "." + CallToken(callID) + "." + unique
+}
+
+// PayloadsConfig is the payloads bucket: each object kept as long as the
+// results (ResultsMaxAge), replicated like the streams. A payload whose
+// message was never stored (a refused call, a worker lost after its
+// upload) is gone after the same time.
+func PayloadsConfig(o StreamOptions) jetstream.ObjectStoreConfig {
+	o = o.withDefaults()
+	return jetstream.ObjectStoreConfig{
+		Bucket:      PayloadsBucket,
+		Description: "Windlass payloads by reference: call arguments and results too large for a message",
+		TTL:         o.ResultsMaxAge,
+		Storage:     o.Storage,
+		Replicas:    o.Replicas,
+	}
+}
+
+// EnsurePayloads returns the payloads bucket, creating it when it is
+// missing (like [EnsureStreams], it never changes an existing one).
+func EnsurePayloads(ctx context.Context, js jetstream.JetStream, o StreamOptions) (jetstream.ObjectStore, error) {
+	obs, err := retry.Value(ctx, ensurePolicy, func(ctx context.Context) (jetstream.ObjectStore, error) {
+		obs, err := js.ObjectStore(ctx, PayloadsBucket)
+		if errors.Is(err, jetstream.ErrBucketNotFound) {
+			obs, err = js.CreateObjectStore(ctx, PayloadsConfig(o))
+			if errors.Is(err, jetstream.ErrBucketExists) || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+				obs, err = js.ObjectStore(ctx, PayloadsBucket) // another process created it first
+			}
+		}
+		return obs, onlyTimeoutsAgain(ctx, err)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("layout: ensure bucket %s: %w", PayloadsBucket, err)
+	}
+	return obs, nil
 }
 
 // EnsureStreams creates each stream that is missing. A stream that exists

@@ -1,0 +1,168 @@
+// Package payload moves the payloads too large for a message — a call's
+// arguments, a result's content and value — through the fleet's JetStream
+// object store (layout.PayloadsBucket), and back. The message then carries
+// a [windlass.PayloadRef]: the bucket, the object's name (derived from the
+// call id), its size and its SHA-256. A reader uses an object only when
+// its size and digest are the reference's; anything else is
+// [ErrUnreadable], answered as an error and never used as data.
+//
+// Why the object store: it needs no server beyond NATS, its objects are
+// replicated like the streams, and its bucket's TTL (the results' max age)
+// removes every object, also one whose message was never stored (a
+// refused call, a worker lost after its upload), with no sweeper of ours.
+package payload
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+
+	"github.com/windlass-dev/windlass"
+	"github.com/windlass-dev/windlass/internal/layout"
+	"github.com/windlass-dev/windlass/internal/retry"
+)
+
+// Defaults of the limits (see Limits).
+const (
+	// DefaultInline is the largest message body sent inline: a quarter of
+	// the NATS server's default max payload (1 MiB), which leaves room for
+	// headers and keeps large bodies off the streams' hot path.
+	DefaultInline = 256 << 10
+	// DefaultMax is the largest payload sent by reference.
+	DefaultMax = 64 << 20
+)
+
+// chunkSize is the object store's chunk: larger than the client's default
+// (128 KiB) for fewer messages per object, and below any max payload a
+// fleet runs with (see Store.chunk).
+const chunkSize = 256 << 10
+
+// ErrUnreadable is the error of an object that cannot be used: it is gone
+// (past the bucket's lifetime, or never stored) or its size or digest is
+// not the reference's. It is permanent: asking again reads the same.
+var ErrUnreadable = errors.New("payload: unreadable")
+
+// TooLargeError reports a payload over the limit by reference.
+type TooLargeError struct {
+	Size, Limit int64
+}
+
+// Error implements error.
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("payload: %d bytes, over the limit of %d bytes", e.Size, e.Limit)
+}
+
+// Store puts and gets payloads in the fleet's payloads bucket.
+type Store struct {
+	obs   jetstream.ObjectStore
+	chunk int
+}
+
+// New returns a store over the payloads bucket obs (see
+// layout.EnsurePayloads); maxMessage is the NATS server's max payload,
+// which bounds the object store's chunks.
+func New(obs jetstream.ObjectStore, maxMessage int64) *Store {
+	chunk := chunkSize
+	if maxMessage > 0 && int64(chunk) > maxMessage/2 {
+		chunk = int(maxMessage / 2)
+	}
+	return &Store{obs: obs, chunk: chunk}
+}
+
+// putPolicy retries an upload that failed (a reconnect, a leader change)
+// for up to 30 s; each attempt writes the whole object again, under a new
+// chunk subject.
+var putPolicy = retry.Policy{Initial: 100 * time.Millisecond, Max: 2 * time.Second, For: 30 * time.Second}
+
+// Put stores data as the object of a call's payload of a kind
+// (layout.PayloadArguments, PayloadContent, PayloadData) under a name of
+// its own, and returns its reference.
+func (s *Store) Put(ctx context.Context, kind, callID string, data []byte) (windlass.PayloadRef, error) {
+	sum := sha256.Sum256(data)
+	ref := windlass.PayloadRef{Bucket: layout.PayloadsBucket, Name: layout.PayloadObject(kind, callID, nuid.Next()),
+		Size: int64(len(data)), SHA256: hex.EncodeToString(sum[:])}
+	meta := jetstream.ObjectMeta{Name: ref.Name, Opts: &jetstream.ObjectMetaOptions{ChunkSize: uint32(s.chunk)}}
+	err := retry.Do(ctx, putPolicy, func(ctx context.Context) error {
+		_, err := s.obs.Put(ctx, meta, bytes.NewReader(data))
+		return err
+	})
+	if err != nil {
+		return windlass.PayloadRef{}, fmt.Errorf("payload: store %s: %w", ref.Name, err)
+	}
+	return ref, nil
+}
+
+// getPolicy retries a download that failed for the connection or the
+// server (not for the object) for up to 30 s.
+var getPolicy = retry.Policy{Initial: 100 * time.Millisecond, Max: 2 * time.Second, For: 30 * time.Second}
+
+// Get fetches the object ref points at, refusing one over limit before
+// reading it. It returns the payload only when it has exactly ref.Size
+// bytes whose SHA-256 is ref.SHA256; an object that is gone or differs
+// is an error wrapping [ErrUnreadable]; one over limit a
+// *[TooLargeError]. Any other error is the connection's or the server's,
+// after retrying: asking later may succeed.
+func (s *Store) Get(ctx context.Context, ref windlass.PayloadRef, limit int64) ([]byte, error) {
+	if err := ref.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: reference: %w", ErrUnreadable, err)
+	}
+	if ref.Bucket != layout.PayloadsBucket {
+		return nil, fmt.Errorf("%w: object %s is in bucket %q, not the fleet's %q", ErrUnreadable, ref.Name, ref.Bucket, layout.PayloadsBucket)
+	}
+	if limit > 0 && ref.Size > limit {
+		return nil, &TooLargeError{Size: ref.Size, Limit: limit}
+	}
+	return retry.Value(ctx, getPolicy, func(ctx context.Context) ([]byte, error) {
+		data, err := s.get(ctx, ref)
+		if errors.Is(err, ErrUnreadable) {
+			return nil, retry.Permanent(err)
+		}
+		return data, err
+	})
+}
+
+// get is one attempt of Get.
+func (s *Store) get(ctx context.Context, ref windlass.PayloadRef) ([]byte, error) {
+	res, err := s.obs.Get(ctx, ref.Name)
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return nil, fmt.Errorf("%w: object %s is gone (past the bucket's lifetime, or never stored)", ErrUnreadable, ref.Name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("payload: fetch %s: %w", ref.Name, err)
+	}
+	defer res.Close()
+	info, err := res.Info()
+	if err != nil {
+		return nil, fmt.Errorf("payload: fetch %s: %w", ref.Name, err)
+	}
+	if int64(info.Size) != ref.Size {
+		return nil, fmt.Errorf("%w: object %s has %d bytes, its reference says %d", ErrUnreadable, ref.Name, info.Size, ref.Size)
+	}
+	// One buffer of the exact size: reading grows nothing.
+	data := make([]byte, ref.Size)
+	if _, err := io.ReadFull(res, data); err != nil {
+		return nil, fmt.Errorf("payload: fetch %s: %w", ref.Name, err)
+	}
+	sum := sha256.Sum256(data)
+	if got := hex.EncodeToString(sum[:]); got != ref.SHA256 {
+		return nil, fmt.Errorf("%w: object %s has SHA-256 %s, its reference says %s", ErrUnreadable, ref.Name, got, ref.SHA256)
+	}
+	return data, nil
+}
+
+// Delete removes an object a message that was not stored pointed at (a
+// resubmit's, a second answer's), best effort: the bucket's lifetime
+// removes it anyway.
+func (s *Store) Delete(ctx context.Context, ref windlass.PayloadRef) {
+	ctx, cancel := context.WithTimeout(ctx, retry.WriteTimeout)
+	defer cancel()
+	_ = s.obs.Delete(ctx, ref.Name)
+}
