@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -17,6 +18,7 @@ import (
 	"github.com/windlass-dev/windlass/dispatcher"
 	"github.com/windlass-dev/windlass/internal/fleettest"
 	"github.com/windlass-dev/windlass/internal/layout"
+	"github.com/windlass-dev/windlass/worker"
 )
 
 type mirrorArgs struct {
@@ -243,5 +245,42 @@ func TestPayloadDigestMismatch(t *testing.T) {
 	got, err := e.d.Result(t.Context(), r.CallID)
 	if err != nil || got.Code() != windlass.CodePayloadUnreadable || strings.Contains(got.Content, "LINE") || got.Data != nil {
 		t.Errorf("replaced result: %.200q, %v; want payload_unreadable", got.Content, err)
+	}
+}
+
+// TestPayloadsExpireWithTheirResults: objects live as long as the results
+// (the bucket's TTL is the results stream's max age): a result's objects
+// and an upload no stored message points at (a call never accepted) are
+// gone after it, and so is the result.
+func TestPayloadsExpireWithTheirResults(t *testing.T) {
+	t.Parallel()
+	f := fleettest.New(t)
+	js := f.JetStream()
+	opts := layout.StreamOptions{ResultsMaxAge: 2 * time.Second, Duplicates: time.Second}
+	if err := layout.EnsureStreams(t.Context(), js, layout.AllStreams(opts)...); err != nil {
+		t.Fatal(err)
+	}
+	obs, err := layout.EnsurePayloads(t.Context(), js, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs atomic.Int64
+	f.StartWorker(worker.Config{}, mirror(&runs))
+	d := f.Dispatcher(dispatcher.Config{})
+	fleettest.WaitCatalog(t, d, "mirror")
+	text := bigText(1 << 20)
+	r, err := d.Call(t.Context(), "mirror", mirrorArgs{Text: text})
+	if err != nil || r.Content != text {
+		t.Fatalf("Call = %.100q, %v", r.Content, err)
+	}
+	if _, err := obs.PutBytes(t.Context(), layout.PayloadObject(layout.PayloadArguments, "never-accepted", "x"), []byte(text)); err != nil {
+		t.Fatal(err)
+	}
+	if n := objectCount(t, js); n == 0 {
+		t.Fatal("no objects stored")
+	}
+	fleettest.WaitFor(t, 60*time.Second, "the payloads bucket emptied by its TTL", func() bool { return objectCount(t, js) == 0 })
+	if _, err := d.Result(t.Context(), r.CallID); !errors.Is(err, dispatcher.ErrNoResult) {
+		t.Errorf("Result after the lifetime = %v; want ErrNoResult", err)
 	}
 }

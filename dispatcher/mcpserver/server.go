@@ -148,11 +148,17 @@ func New(ctx context.Context, cfg Config) (*Handler, error) {
 	// The SDK's own SessionTimeout stays off: its expiry closes a session
 	// gracefully, which waits for the calls in progress instead of ending
 	// them. The handler expires idle sessions itself (sessions.go).
+	// A request body holds a call's arguments: up to the dispatcher's
+	// limit for arguments by reference, with room for the rest.
 	h.http = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return h.server },
-		&mcp.StreamableHTTPOptions{Logger: cfg.Logger})
+		&mcp.StreamableHTTPOptions{Logger: cfg.Logger, MaxRequestBodyBytes: cfg.Dispatcher.PayloadLimit() + requestEnvelope})
 	go h.follow()
 	return h, nil
 }
+
+// requestEnvelope is the room a request body has beyond a call's
+// arguments.
+const requestEnvelope = 1 << 20
 
 // ServeHTTP implements http.Handler: MCP's streamable HTTP transport
 // (POST for requests, GET for the server's notification stream, DELETE to
