@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/windlass-dev/windlass"
@@ -56,6 +57,33 @@ func workTool(workerID string, execLog *os.File) windlass.Tool {
 	}, windlass.WithDescription("Work for a while, and record that the work was done."))
 }
 
+// bulkArgs are the arguments of the fault suite's large-result tool.
+type bulkArgs struct {
+	// MB is the size of the result, in MiB.
+	MB int `json:"mb" jsonschema:"minimum=1,maximum=64"`
+}
+
+// bulkPrefix begins a bulk result: the attempt that made it.
+func bulkPrefix(attempt int) string { return fmt.Sprintf("attempt %d: ", attempt) }
+
+// bulkTool returns a text of the asked size that begins with the attempt
+// that made it (travelling by reference, past the inline limit), recording
+// its executions like workTool.
+func bulkTool(workerID string, execLog *os.File) windlass.Tool {
+	return windlass.MustFunc("bulk", func(ctx context.Context, in bulkArgs) (string, error) {
+		info, _ := windlass.CallInfoFromContext(ctx)
+		if _, err := fmt.Fprintf(execLog, "start %s %d %s\n", info.ID, info.Attempt, workerID); err != nil {
+			return "", fmt.Errorf("record the execution: %w", err)
+		}
+		prefix := bulkPrefix(info.Attempt)
+		out := prefix + strings.Repeat("b", in.MB<<20-len(prefix))
+		if _, err := fmt.Fprintf(execLog, "done %s %d %s\n", info.ID, info.Attempt, workerID); err != nil {
+			return "", fmt.Errorf("record the execution: %w", err)
+		}
+		return out, nil
+	}, windlass.WithDescription("Return a large text that names the attempt that made it."))
+}
+
 // runFaultWorker is the worker process's main; it returns the exit code.
 func runFaultWorker() int {
 	id := os.Getenv(faultWorkerEnv)
@@ -74,7 +102,7 @@ func runFaultWorker() int {
 	defer execLog.Close()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	w, err := runWorkerProcess(os.Getenv(faultNATSEnv), os.Getenv(faultRedisEnv), ttl,
-		worker.Config{ID: id, AckWait: ackWait, ShutdownGrace: 5 * time.Second, Logger: log}, workTool(id, execLog))
+		worker.Config{ID: id, AckWait: ackWait, ShutdownGrace: 5 * time.Second, Logger: log}, workTool(id, execLog), bulkTool(id, execLog))
 	if err != nil {
 		return exitCode("fault worker", id, err)
 	}
