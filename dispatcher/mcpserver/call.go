@@ -2,6 +2,7 @@ package mcpserver
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -181,11 +182,14 @@ func (h *Handler) cancelCall(ctx context.Context, log *slog.Logger, id, reason s
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelTimeout)
 	defer cancel()
 	var finished *dispatcher.FinishedError
-	if err := h.d.Cancel(cctx, id, reason); err != nil && !errors.As(err, &finished) {
+	switch err := h.d.Cancel(cctx, id, reason); {
+	case errors.As(err, &finished):
+		log.DebugContext(ctx, "mcpserver: call finished before its cancellation", "reason", reason, "code", cmp.Or(string(finished.Result.Code()), "success"))
+	case err != nil:
 		log.WarnContext(ctx, "mcpserver: canceling the call failed", "reason", reason, "error", err)
-		return
+	default:
+		log.DebugContext(ctx, "mcpserver: call canceled", "reason", reason)
 	}
-	log.DebugContext(ctx, "mcpserver: call canceled", "reason", reason)
 }
 
 // await follows the call's events until its result, which it returns.
