@@ -107,7 +107,20 @@ func (h *Handler) call(ctx context.Context, req *mcp.CallToolRequest, t callTarg
 	}
 	defer h.sessions.leave(w)
 
-	_, err := h.d.Submit(ctx, t.name, args, dispatcher.WithCallID(id), dispatcher.WithSpecHash(t.hash),
+	// Once begun, the submit is not given up when the client cancels the
+	// request (nor when its session ends): the fleet may have stored the
+	// call, and a worker started it, before the acknowledgement arrives,
+	// so only a submit that ended says whether there is a call to cancel.
+	// The wait below then ends at once, and the call is canceled. Close
+	// ends the submit.
+	if err := ctx.Err(); err != nil {
+		return nil, err // canceled before anything was submitted
+	}
+	submitCtx, stopSubmit := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopSubmit()
+	stopOnClose := context.AfterFunc(h.base, stopSubmit)
+	defer stopOnClose()
+	_, err := h.d.Submit(submitCtx, t.name, args, dispatcher.WithCallID(id), dispatcher.WithSpecHash(t.hash),
 		dispatcher.WithDeadline(deadline), dispatcher.WithMetadata(meta))
 	if err != nil {
 		var ce *windlass.CallError
