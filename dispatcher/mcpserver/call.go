@@ -2,6 +2,7 @@ package mcpserver
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -106,7 +107,20 @@ func (h *Handler) call(ctx context.Context, req *mcp.CallToolRequest, t callTarg
 	}
 	defer h.sessions.leave(w)
 
-	_, err := h.d.Submit(ctx, t.name, args, dispatcher.WithCallID(id), dispatcher.WithSpecHash(t.hash),
+	// Once begun, the submit is not given up when the client cancels the
+	// request (nor when its session ends): the fleet may have stored the
+	// call, and a worker started it, before the acknowledgement arrives,
+	// so only a submit that ended says whether there is a call to cancel.
+	// The wait below then ends at once, and the call is canceled. Close
+	// ends the submit.
+	if err := ctx.Err(); err != nil {
+		return nil, err // canceled before anything was submitted
+	}
+	submitCtx, stopSubmit := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopSubmit()
+	stopOnClose := context.AfterFunc(h.base, stopSubmit)
+	defer stopOnClose()
+	_, err := h.d.Submit(submitCtx, t.name, args, dispatcher.WithCallID(id), dispatcher.WithSpecHash(t.hash),
 		dispatcher.WithDeadline(deadline), dispatcher.WithMetadata(meta))
 	if err != nil {
 		var ce *windlass.CallError
@@ -181,11 +195,14 @@ func (h *Handler) cancelCall(ctx context.Context, log *slog.Logger, id, reason s
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelTimeout)
 	defer cancel()
 	var finished *dispatcher.FinishedError
-	if err := h.d.Cancel(cctx, id, reason); err != nil && !errors.As(err, &finished) {
+	switch err := h.d.Cancel(cctx, id, reason); {
+	case errors.As(err, &finished):
+		log.DebugContext(ctx, "mcpserver: call finished before its cancellation", "reason", reason, "code", cmp.Or(string(finished.Result.Code()), "success"))
+	case err != nil:
 		log.WarnContext(ctx, "mcpserver: canceling the call failed", "reason", reason, "error", err)
-		return
+	default:
+		log.DebugContext(ctx, "mcpserver: call canceled", "reason", reason)
 	}
-	log.DebugContext(ctx, "mcpserver: call canceled", "reason", reason)
 }
 
 // await follows the call's events until its result, which it returns.

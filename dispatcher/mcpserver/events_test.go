@@ -1,9 +1,15 @@
 package mcpserver_test
 
 import (
+	"bytes"
+	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
 	"sync"
 	"testing"
 	"time"
@@ -61,18 +67,27 @@ func TestProgressNotifications(t *testing.T) {
 func TestCancellationPassesThrough(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t)
-	started := make(chan struct{}, 1)
+	started := make(chan string, 1)
 	causes := make(chan error, 1)
 	block := windlass.MustFunc("block", func(ctx context.Context, in struct{}) (string, error) {
-		started <- struct{}{}
+		info, _ := windlass.CallInfoFromContext(ctx)
+		started <- info.ID
 		<-ctx.Done()
 		causes <- context.Cause(ctx)
 		return "", ctx.Err()
 	})
-	f.startWorker(worker.Config{}, block)
+	// Every link of the cancellation logs to logs, dumped if the test
+	// fails: the client's HTTP requests (is notifications/cancelled sent,
+	// and answered?), the handler (did it cancel the call in the fleet, and
+	// what did the fleet say?) and the worker (does its follower of the
+	// cancels stream fail?).
 	logs := newLogRecorder()
 	defer logs.dumpIfFailed(t)
-	cs := connect(t, serve(t, mcpserver.Config{Dispatcher: f.Dispatcher(dispatcher.Config{}), Logger: slog.New(logs)}), nil)
+	w := f.StartWorker(worker.Config{Heartbeat: 50 * time.Millisecond, Logger: slog.New(logs).With("side", "worker")}, block)
+	d := f.Dispatcher(dispatcher.Config{})
+	url := serve(t, mcpserver.Config{Dispatcher: d, Logger: slog.New(logs).With("side", "server")})
+	cs := connectTransport(t, nil, &mcp.StreamableClientTransport{Endpoint: url, MaxRetries: -1,
+		HTTPClient: &http.Client{Transport: &loggingTransport{base: http.DefaultTransport, log: slog.New(logs).With("side", "client")}}})
 
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
@@ -81,8 +96,9 @@ func TestCancellationPassesThrough(t *testing.T) {
 		_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "block"})
 		errs <- err
 	}()
+	var id string
 	select {
-	case <-started:
+	case id = <-started:
 	case <-time.After(30 * time.Second):
 		t.Fatal("the tool never started")
 	}
@@ -96,12 +112,67 @@ func TestCancellationPassesThrough(t *testing.T) {
 			t.Errorf("the tool's context ended with %v, want windlass.ErrCallCanceled (canceled in the fleet)", cause)
 		}
 	case <-time.After(30 * time.Second):
+		st, err := d.Status(t.Context(), id)
+		t.Logf("call %s: status %+v, %v; worker stats %+v", id, st, err, w.Stats())
 		t.Fatal("the running tool was not canceled within 30s")
 	}
 	// The session is still usable.
 	if _, err := cs.ListTools(t.Context(), nil); err != nil {
 		t.Errorf("ListTools after a cancellation: %v", err)
 	}
+}
+
+// loggingTransport logs each HTTP request of an MCP client: its JSON-RPC
+// method, its answer or error, and the end of its response body.
+type loggingTransport struct {
+	base http.RoundTripper
+	log  *slog.Logger
+}
+
+func (l *loggingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	what := r.Method
+	if r.Body != nil {
+		body, _ := io.ReadAll(r.Body)
+		_ = r.Body.Close()
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		var msg struct {
+			ID     any    `json:"id"`
+			Method string `json:"method"`
+			Params struct {
+				RequestID any `json:"requestId"`
+			} `json:"params"`
+		}
+		_ = json.Unmarshal(body, &msg)
+		what = fmt.Sprintf("%s %s id=%v", r.Method, cmp.Or(msg.Method, "response"), cmp.Or(msg.ID, msg.Params.RequestID))
+	}
+	l.log.Debug("http: request", "what", what)
+	begun := time.Now()
+	resp, err := l.base.RoundTrip(r)
+	if err != nil {
+		l.log.Debug("http: request failed", "what", what, "after", time.Since(begun), "error", err)
+		return nil, err
+	}
+	l.log.Debug("http: response", "what", what, "after", time.Since(begun), "status", resp.StatusCode, "type", resp.Header.Get("Content-Type"))
+	resp.Body = &loggingBody{ReadCloser: resp.Body, log: l.log, what: what, begun: begun}
+	return resp, nil
+}
+
+type loggingBody struct {
+	io.ReadCloser
+	log   *slog.Logger
+	what  string
+	begun time.Time
+	once  sync.Once
+}
+
+func (b *loggingBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil {
+		b.once.Do(func() {
+			b.log.Debug("http: response body ended", "what", b.what, "after", time.Since(b.begun), "error", err)
+		})
+	}
+	return n, err
 }
 
 func TestToolListChanged(t *testing.T) {

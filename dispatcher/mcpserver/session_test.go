@@ -191,7 +191,7 @@ func (l *logRecorder) WithAttrs(as []slog.Attr) slog.Handler {
 	return &c
 }
 func (l *logRecorder) Handle(_ context.Context, r slog.Record) error {
-	s := r.Message + l.attrs
+	s := r.Time.Format("15:04:05.000000") + " " + r.Level.String() + " " + r.Message + l.attrs
 	r.Attrs(func(a slog.Attr) bool { s += " " + a.String(); return true })
 	l.log.mu.Lock()
 	defer l.log.mu.Unlock()
