@@ -12,8 +12,13 @@
 //
 // Before publishing, a call is refused with a result error of code
 // unknown_tool, no_worker (unless [AllowNoWorker]), invalid_arguments (naming
-// the field and the rule) or payload_too_large. Calls of a tool that
-// requires approval go to the approval subject instead of the tool's.
+// the field and the rule) or payload_too_large (arguments over
+// Config.PayloadLimit). Arguments that make the call's message larger than
+// Config.InlineLimit travel by reference, through the fleet's object
+// store, and so does a large result: every method returns the whole value,
+// fetched and checked against its SHA-256 (PROTOCOL.md, "Payloads by
+// reference"). Calls of a tool that requires approval go to the approval
+// subject instead of the tool's.
 //
 // Every wait is bounded: by the call's deadline ([WithTimeout],
 // [WithDeadline], or the context's deadline), else by the tool's timeout

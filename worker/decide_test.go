@@ -13,7 +13,7 @@ var allCodes = []windlass.ErrorCode{
 	windlass.CodeInvalidArguments, windlass.CodeUnknownTool, windlass.CodeNoWorker, windlass.CodeTimeout,
 	windlass.CodeToolError, windlass.CodePanic, windlass.CodeCanceled, windlass.CodeRejected, windlass.CodeExpired,
 	windlass.CodeWorkerLost, windlass.CodeSpecMismatch, windlass.CodeInvalidCall, windlass.CodePayloadTooLarge,
-	windlass.CodeUnavailable, windlass.CodeResultTooLarge, windlass.CodeIDConflict,
+	windlass.CodeUnavailable, windlass.CodeResultTooLarge, windlass.CodeIDConflict, windlass.CodePayloadUnreadable,
 }
 
 // decideCase is one row of decide's table and what must come of it.

@@ -60,11 +60,15 @@
 // expiry, spec_mismatch, canceled) or run, and its result goes to the origin
 // the release signs.
 //
-// # Results too large to send
+// # Large payloads
 //
-// A result over the NATS server's max payload is answered result_too_large
-// and the call acked: the tool did its work, and redelivering the call would
-// only run it again.
+// Arguments that came by reference are fetched, and checked against their
+// size and SHA-256, just before the tool starts; a result whose message
+// would be over Config.InlineLimit is stored in the fleet's object store
+// and its message points at it (PROTOCOL.md, "Payloads by reference"). A
+// result over the tool's limit (Config.PayloadLimit, [WithPayloadLimit])
+// is answered result_too_large and the call acked: the tool did its work,
+// and redelivering the call would only run it again.
 //
 // # Shutdown
 //
