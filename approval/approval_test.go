@@ -48,6 +48,7 @@ type fleet struct {
 type payArgs struct {
 	To     string  `json:"to"`
 	Amount float64 `json:"amount" jsonschema:"minimum=0"`
+	Memo   string  `json:"memo,omitempty"`
 }
 
 func newFleet(t *testing.T, policies map[string]approval.ToolPolicy) *fleet {
@@ -60,6 +61,9 @@ func newFleet(t *testing.T, policies map[string]approval.ToolPolicy) *fleet {
 
 	pay := windlass.MustFunc("pay", func(ctx context.Context, in payArgs) (string, error) {
 		f.runs.Add(1)
+		if in.Memo != "" {
+			return fmt.Sprintf("paid %.2f to %s (a memo of %d bytes)", in.Amount, in.To, len(in.Memo)), nil
+		}
 		return fmt.Sprintf("paid %.2f to %s", in.Amount, in.To), nil
 	}, windlass.WithApproval())
 	f.StartWorker(worker.Config{Releases: release.NewVerifier(pub)}, pay)

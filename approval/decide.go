@@ -187,7 +187,7 @@ func (s *Service) fits(h *HeldCall, args json.RawMessage) error {
 	if err != nil {
 		return err
 	}
-	call.Arguments = args
+	call.Arguments, call.ArgumentsRef = args, nil // an edit travels inline
 	data, err := json.Marshal(call)
 	if err != nil {
 		return err

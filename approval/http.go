@@ -13,6 +13,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/windlass-dev/windlass/internal/bearer"
+	"github.com/windlass-dev/windlass/internal/payload"
 )
 
 // Handler returns the service's HTTP API (JSON) and its reference dashboard:
@@ -37,6 +38,7 @@ func (s *Service) Handler() http.Handler {
 	lim := &limiters{m: map[string]*rate.Limiter{}}
 	mux.HandleFunc("GET /v1/approvals", s.authed(s.handleList))
 	mux.HandleFunc("GET /v1/approvals/{id}", s.authed(s.handleGet))
+	mux.HandleFunc("GET /v1/approvals/{id}/arguments", s.authed(s.handleArguments))
 	mux.HandleFunc("POST /v1/approvals/{id}/approve", s.authed(lim.wrap(s.handleApprove)))
 	mux.HandleFunc("POST /v1/approvals/{id}/reject", s.authed(lim.wrap(s.handleReject)))
 	mux.HandleFunc("GET /v1/audit", s.authed(s.handleAudit))
@@ -128,6 +130,37 @@ func (s *Service) handleGet(w http.ResponseWriter, r *http.Request, _ string) {
 		return
 	}
 	writeJSON(w, http.StatusOK, h)
+}
+
+// handleArguments answers a held call's arguments as the caller sent
+// them, whole: for arguments by reference, fetched from the fleet's object
+// store and checked against their SHA-256 (the held call shows a preview).
+func (s *Service) handleArguments(w http.ResponseWriter, r *http.Request, _ string) {
+	h, err := s.Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.writeDecisionError(w, err)
+		return
+	}
+	args := h.Arguments
+	if h.ArgumentsRef != nil {
+		store := s.payloads.Load()
+		if store == nil {
+			writeError(w, http.StatusServiceUnavailable, "unavailable", "the service is starting: the payloads bucket is not open yet")
+			return
+		}
+		args, err = store.Get(r.Context(), *h.ArgumentsRef, s.cfg.PayloadLimit)
+		switch {
+		case errors.Is(err, payload.ErrUnreadable):
+			writeError(w, http.StatusGone, "payload_unreadable", err.Error())
+			return
+		case err != nil:
+			writeError(w, http.StatusServiceUnavailable, "unavailable", err.Error())
+			return
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(args)
 }
 
 func (s *Service) handleAudit(w http.ResponseWriter, r *http.Request, _ string) {

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -22,6 +23,7 @@ import (
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/approval/release"
 	"github.com/windlass-dev/windlass/internal/layout"
+	"github.com/windlass-dev/windlass/internal/payload"
 	"github.com/windlass-dev/windlass/internal/retry"
 	"github.com/windlass-dev/windlass/internal/telemetry"
 	"github.com/windlass-dev/windlass/internal/textcut"
@@ -75,6 +77,9 @@ type Config struct {
 	// (see layout.EnsureStreams: existing streams are left as they are).
 	// Default 1; use 3 on a three-node JetStream cluster.
 	Replicas int
+	// PayloadLimit is the largest arguments by reference the service
+	// fetches to hold a call, in bytes. Default 64 MiB, the dispatcher's.
+	PayloadLimit int64
 	// Notify receives every audit event, in order, at least once — the
 	// hook the webhook delivery hangs on. It runs on one goroutine; an
 	// error retries the event later. Nil: no notifications.
@@ -95,13 +100,14 @@ type Config struct {
 
 // Service holds gated calls until reviewers decide. Safe for concurrent use.
 type Service struct {
-	cfg     Config
-	store   *store
-	js      jetstream.JetStream
-	auth    *authenticator
-	cancels cancels
-	tracer  telemetry.Tracer
-	metrics *telemetry.ApprovalMetrics // nil: metrics off
+	cfg      Config
+	payloads atomic.Pointer[payload.Store] // set by Run: arguments by reference
+	store    *store
+	js       jetstream.JetStream
+	auth     *authenticator
+	cancels  cancels
+	tracer   telemetry.Tracer
+	metrics  *telemetry.ApprovalMetrics // nil: metrics off
 }
 
 // withDefaults returns c with every zero field set to its default: the one
@@ -111,6 +117,7 @@ func (c Config) withDefaults() Config {
 	c.DefaultWindow = cmp.Or(c.DefaultWindow, DefaultWindow)
 	c.QueueAllowance = cmp.Or(c.QueueAllowance, DefaultQueueAllowance)
 	c.Prefix = cmp.Or(c.Prefix, DefaultPrefix)
+	c.PayloadLimit = cmp.Or(c.PayloadLimit, payload.DefaultMax)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -133,6 +140,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("approval: Config.DefaultWindow must not be negative, got %s", c.DefaultWindow)
 	case c.QueueAllowance < 0:
 		return fmt.Errorf("approval: Config.QueueAllowance must not be negative, got %s", c.QueueAllowance)
+	case c.PayloadLimit < 0:
+		return fmt.Errorf("approval: Config.PayloadLimit must not be negative, got %d", c.PayloadLimit)
 	case c.Replicas < 0:
 		return fmt.Errorf("approval: Config.Replicas must not be negative, got %d", c.Replicas)
 	}
@@ -196,6 +205,13 @@ func (s *Service) Run(ctx context.Context) error {
 	if _, err := layout.EnsureReleases(ctx, s.js, opts); err != nil {
 		return fmt.Errorf("approval: %w", err)
 	}
+	// The payloads bucket, where the arguments of a large call are: its
+	// reviewers see them from there.
+	obs, err := layout.EnsurePayloads(ctx, s.js, opts)
+	if err != nil {
+		return fmt.Errorf("approval: %w", err)
+	}
+	s.payloads.Store(payload.New(obs, s.cfg.Conn.MaxPayload()))
 	cons, err := s.js.CreateOrUpdateConsumer(ctx, layout.ApprovalsStream, jetstream.ConsumerConfig{
 		Durable: ConsumerName, FilterSubject: layout.ApprovalSubjects, AckPolicy: jetstream.AckExplicitPolicy,
 		AckWait: 10 * time.Second, MaxDeliver: -1, Description: "Windlass approval service",
@@ -276,6 +292,37 @@ func (s *Service) answerStatus(m *nats.Msg) {
 	_ = m.Respond(b)
 }
 
+// argumentsPreview is how much of arguments by reference a held call
+// shows.
+const argumentsPreview = 4 << 10
+
+// arguments returns a gated call's arguments, fetched when they travel by
+// reference (and checked against their size and SHA-256): the hash an
+// approval binds covers them in full. A call whose arguments cannot be
+// used is answered and terminated; one whose arguments cannot be fetched
+// now is left for redelivery. ok is false for both.
+func (s *Service) arguments(ctx context.Context, msg jetstream.Msg, call *windlass.ToolCall) (json.RawMessage, bool) {
+	if call.ArgumentsRef == nil {
+		return call.Arguments, true
+	}
+	args, err := s.payloads.Load().Get(ctx, *call.ArgumentsRef, s.cfg.PayloadLimit)
+	var tooLarge *payload.TooLargeError
+	h := &HeldCall{ID: call.ID, Tool: call.Name, call: call, origin: msg.Headers().Get(layout.HeaderOrigin)}
+	switch {
+	case err == nil:
+		return args, true
+	case errors.As(err, &tooLarge):
+		s.answer(ctx, h, windlass.CodePayloadTooLarge, fmt.Sprintf("The arguments of the call to %q are %d bytes, over the approval service's limit of %d bytes; nothing was held.", call.Name, tooLarge.Size, tooLarge.Limit))
+	case errors.Is(err, payload.ErrUnreadable):
+		s.answer(ctx, h, windlass.CodePayloadUnreadable, fmt.Sprintf("The arguments of the call to %q, stored by reference, cannot be used: %v. Nothing was held.", call.Name, err))
+	default:
+		s.cfg.Logger.ErrorContext(ctx, "approval: could not fetch the call's arguments; leaving it for redelivery", "call_id", call.ID, "error", err)
+		return nil, false // not acked: redelivered after the ack wait
+	}
+	_ = msg.Term()
+	return nil, false
+}
+
 // intake persists one gated call, then acks it.
 func (s *Service) intake(ctx context.Context, msg jetstream.Msg) {
 	log := s.cfg.Logger
@@ -296,7 +343,11 @@ func (s *Service) intake(ctx context.Context, msg jetstream.Msg) {
 		_ = msg.Term()
 		return
 	}
-	argsHash, err := release.ArgumentsHash(call.Arguments)
+	args, ok := s.arguments(ctx, msg, &call)
+	if !ok {
+		return
+	}
+	argsHash, err := release.ArgumentsHash(args)
 	if err != nil {
 		_ = msg.Term()
 		return
@@ -307,7 +358,6 @@ func (s *Service) intake(ctx context.Context, msg jetstream.Msg) {
 	if !call.Deadline.IsZero() && call.Deadline.Before(expires) {
 		expires = call.Deadline // nobody waits for a decision past the caller's deadline
 	}
-	args := call.Arguments
 	if len(args) == 0 || string(args) == "null" {
 		args = json.RawMessage("{}")
 	}
@@ -316,6 +366,12 @@ func (s *Service) intake(ctx context.Context, msg jetstream.Msg) {
 		Status: StatusPending, RequiredApprovals: p.RequiredApprovals, call: &call,
 		origin: msg.Headers().Get(layout.HeaderOrigin), forbidSelf: p.ForbidSelfApproval,
 		traceparent: msg.Headers().Get(layout.HeaderTraceparent)}
+	if call.ArgumentsRef != nil {
+		// The service keeps the reference, its digest and a preview, not
+		// a copy: the dashboard shows the preview and fetches the rest
+		// on request.
+		h.Arguments, h.ArgumentsRef, h.ArgumentsPreview = nil, call.ArgumentsRef, textcut.Cut(string(args), argumentsPreview)
+	}
 	if strings.ContainsRune(h.Requester, ',') {
 		h.Requester = strings.ReplaceAll(h.Requester, ",", "_")
 	}
@@ -418,7 +474,7 @@ func (s *Service) release(ctx context.Context, h *HeldCall) error {
 	}
 	call.Attempt = 0
 	if h.ApprovedArguments != nil {
-		call.Arguments = h.ApprovedArguments
+		call.Arguments, call.ArgumentsRef = h.ApprovedArguments, nil // an edit travels inline
 	}
 	// The execution deadline starts at release: the tool's timeout plus an
 	// allowance for a free worker, not the time the request was made — but

@@ -43,8 +43,15 @@ type HeldCall struct {
 	ID string `json:"id"`
 	// Tool is the tool's name.
 	Tool string `json:"tool"`
-	// Arguments are the arguments as the caller sent them.
-	Arguments json.RawMessage `json:"arguments"`
+	// Arguments are the arguments as the caller sent them; absent when
+	// they travel by reference (see ArgumentsRef).
+	Arguments json.RawMessage `json:"arguments,omitempty"`
+	// ArgumentsRef points at arguments too large for a message, in the
+	// fleet's object store; ArgumentsPreview is their first part, and
+	// GET /v1/approvals/{id}/arguments fetches them whole (checked
+	// against the reference's SHA-256). ArgsHash covers them whole.
+	ArgumentsRef     *windlass.PayloadRef `json:"arguments_ref,omitempty"`
+	ArgumentsPreview string               `json:"arguments_preview,omitempty"`
 	// ArgsHash is the hash of the arguments a reviewer approves now: of
 	// ApprovedArguments once a reviewer edited them, else of Arguments. An
 	// approval must quote it.
@@ -214,6 +221,10 @@ func (s *store) hold(ctx context.Context, h *HeldCall) (bool, error) {
 		"spec_hash", h.SpecHash, "requester", h.Requester, "metadata", string(meta), "origin", h.origin,
 		"requested_ms", h.RequestedAt.UnixMilli(), "expires_ms", h.ExpiresAt.UnixMilli(),
 		"required", h.RequiredApprovals, "forbid_self", boolField(h.forbidSelf), "released", "0", "traceparent", h.traceparent}
+	if h.ArgumentsRef != nil {
+		ref, _ := json.Marshal(h.ArgumentsRef)
+		args = append(args, "args_ref", string(ref), "args_preview", h.ArgumentsPreview)
+	}
 	n, err := holdScript.Run(ctx, s.rc, []string{s.callKey(h.ID), s.pendingKey(), s.statusKey(StatusPending), s.auditKey()}, args...).Int()
 	if err != nil {
 		return false, fmt.Errorf("approval: hold %q: %w", h.ID, err)
@@ -314,6 +325,13 @@ func decodeHeld(id string, m map[string]string) (*HeldCall, error) {
 	h := &HeldCall{ID: id, Tool: m["tool"], Arguments: json.RawMessage(m["args"]), ArgsHash: m["args_hash"],
 		SpecHash: m["spec_hash"], Requester: m["requester"], Status: Status(m["status"]), Reason: m["reason"],
 		RejectedBy: m["rejected_by"], Released: m["released"] == "1", origin: m["origin"], traceparent: m["traceparent"]}
+	if m["args_ref"] != "" {
+		h.ArgumentsRef, h.ArgumentsPreview = new(windlass.PayloadRef), m["args_preview"]
+		if err := json.Unmarshal([]byte(m["args_ref"]), h.ArgumentsRef); err != nil {
+			return nil, fmt.Errorf("approval: held call %q: args_ref: %w", id, err)
+		}
+		h.Arguments = nil
+	}
 	if m["approved_args"] != "" {
 		h.ApprovedArguments = json.RawMessage(m["approved_args"])
 	}

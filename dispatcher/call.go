@@ -149,13 +149,9 @@ func (d *Dispatcher) prepare(ctx context.Context, name string, args any, opts []
 	if int64(size) > d.inline {
 		// Too large for a message: the arguments go by reference (see
 		// byReference), up to the limit.
-		switch {
-		case int64(len(raw)) > d.cfg.PayloadLimit:
+		if int64(len(raw)) > d.cfg.PayloadLimit {
 			return nil, &windlass.CallError{Code: windlass.CodePayloadTooLarge, Message: fmt.Sprintf(
 				"The arguments of the call to %q are %d bytes, over the fleet's limit of %d bytes for arguments; nothing was stored.", name, len(raw), d.cfg.PayloadLimit)}
-		case info.Spec.RequiresApproval:
-			return nil, &windlass.CallError{Code: windlass.CodePayloadTooLarge, Message: fmt.Sprintf(
-				"The call to %q is %d bytes encoded, over the %d bytes a call of a gated tool may have: its arguments travel inline, to the approval service and its reviewers; nothing was stored.", name, size, d.inline)}
 		}
 		p.large = raw
 	}

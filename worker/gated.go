@@ -43,7 +43,25 @@ func (w *Worker) admitGated(d *delivery) (outcome, bool) {
 	if call.Name != t.spec.Name {
 		return dropped(release.ReasonOtherCall, fmt.Sprintf("the call names tool %q but arrived on the subject of %q", call.Name, t.spec.Name)), true
 	}
-	rel, err := w.releases.Authenticate(d.msg.Headers().Get(release.Header), call)
+	// Arguments by reference are fetched once the release is proven
+	// genuine, to check they are the ones it approved.
+	var fetchErr error
+	rel, err := w.releases.AuthenticateWith(d.msg.Headers().Get(release.Header), call, func() (json.RawMessage, error) {
+		if call.ArgumentsRef == nil {
+			return call.Arguments, nil
+		}
+		args, err := w.loadArguments(d)
+		fetchErr = err
+		return args, err
+	})
+	if fetchErr != nil {
+		// A genuine release whose arguments cannot be had: its caller is
+		// answered where the release says.
+		if validOrigin(rel.Origin) {
+			d.origin = rel.Origin
+		}
+		return w.unfetched(d, fetchErr), true
+	}
 	if err != nil {
 		return dropped(release.ReasonOf(err), err.Error()), true
 	}

@@ -266,17 +266,33 @@ func (w *Worker) canceledBefore(d *delivery) (outcome, bool) {
 // or not the reference's payload_unreadable, never used. When the object
 // store cannot be read now, the call is handed back for a later delivery.
 func (w *Worker) fetchArguments(d *delivery) (outcome, bool) {
-	ref := d.call.ArgumentsRef
-	if ref == nil {
+	if d.call.ArgumentsRef == nil {
 		return outcome{}, false
 	}
+	if _, err := w.loadArguments(d); err != nil {
+		return w.unfetched(d, err), true
+	}
+	return outcome{}, false
+}
+
+// loadArguments fetches the arguments of a call that carries them by
+// reference, up to the tool's limit, and puts them in the call.
+func (w *Worker) loadArguments(d *delivery) (json.RawMessage, error) {
+	ref := d.call.ArgumentsRef
 	args, err := w.payloads.Get(d.ctx, *ref, w.payloadLimit(d.t))
+	if err != nil {
+		return nil, err
+	}
+	d.call.Arguments, d.call.ArgumentsRef, d.argsRef = args, nil, ref
+	return args, nil
+}
+
+// unfetched is the outcome of a call whose arguments by reference could
+// not be fetched (see fetchArguments).
+func (w *Worker) unfetched(d *delivery, err error) outcome {
 	var tooLarge *payload.TooLargeError
 	var r windlass.ToolResult
 	switch {
-	case err == nil:
-		d.call.Arguments, d.call.ArgumentsRef, d.argsRef = args, nil, ref
-		return outcome{}, false
 	case errors.As(err, &tooLarge):
 		r = windlass.ErrorResult(d.call, windlass.CodePayloadTooLarge, fmt.Sprintf(
 			"The arguments of the call to %q are %d bytes, over the tool's limit of %d bytes for arguments; they were not read.", d.call.Name, tooLarge.Size, tooLarge.Limit))
@@ -285,10 +301,10 @@ func (w *Worker) fetchArguments(d *delivery) (outcome, bool) {
 			"The arguments of the call to %q, stored by reference, cannot be used: %v. The tool did not run.", d.call.Name, err))
 	default:
 		return outcome{verb: verbRequeue, delay: time.Second, count: countRequeued, note: "worker: could not fetch the call's arguments; handing it back", level: slog.LevelWarn,
-			attrs: []any{"error", err}}, true
+			attrs: []any{"error", err}}
 	}
 	r.Worker = w.cfg.ID
-	return answered(verbAck, r), true
+	return answered(verbAck, r)
 }
 
 // payloadLimit is the limit by reference of a tool's arguments and value.

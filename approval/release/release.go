@@ -263,6 +263,16 @@ func (v *Verifier) Verify(header string, call windlass.ToolCall, specHash string
 // expiry, the spec version, single use) is for the worker to decide next.
 // Any failure is an *[InvalidError] wrapping [ErrInvalid].
 func (v *Verifier) Authenticate(header string, call windlass.ToolCall) (Release, error) {
+	return v.AuthenticateWith(header, call, func() (json.RawMessage, error) { return call.Arguments, nil })
+}
+
+// AuthenticateWith is [Verifier.Authenticate] for a call whose arguments
+// are not in its message (they travel by reference): args is asked for
+// them only once the release is proven the approval service's for this
+// call, so a forged message costs no fetch. An error of args is returned
+// as it is, not as an *InvalidError: the release is genuine, and its
+// arguments could not be had.
+func (v *Verifier) AuthenticateWith(header string, call windlass.ToolCall, args func() (json.RawMessage, error)) (Release, error) {
 	var r Release
 	if header == "" {
 		return r, invalid(ReasonNoRelease, "the call carries no release")
@@ -294,7 +304,11 @@ func (v *Verifier) Authenticate(header string, call windlass.ToolCall) (Release,
 	case r.Tool != call.Name:
 		return r, invalid(ReasonOtherCall, "issued for tool %q, not %q", r.Tool, call.Name)
 	}
-	got, err := ArgumentsHash(call.Arguments)
+	raw, err := args()
+	if err != nil {
+		return r, err
+	}
+	got, err := ArgumentsHash(raw)
 	if err != nil {
 		return r, invalid(ReasonArgsMismatch, "%v", err)
 	}
