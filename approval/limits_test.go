@@ -2,7 +2,7 @@ package approval_test
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -39,20 +39,20 @@ func TestRejectionReasonIsBoundedAndReachesTheCaller(t *testing.T) {
 	}
 }
 
-// TestGatedCallsLeaveRoomForTheirRelease: the dispatcher refuses a gated
-// call too large to be released later (its release adds a header), and a
-// reviewer cannot edit a held call's arguments past what can be released
-// (413, nothing decided); a call that fits is approved and runs. (A gated
-// call accepted just under the max payload used to be approved, never
+// TestGatedCallsLeaveRoomForTheirRelease: a gated call too large to be
+// released inline (its release adds a header) travels by reference and is
+// held; a reviewer cannot edit a held call's arguments past what can be
+// released (an edit travels inline: 413, nothing decided); approved, the
+// call runs once, and its large result reaches the caller. (A gated call
+// accepted just under the max payload used to be approved, never
 // published, never answered.)
 func TestGatedCallsLeaveRoomForTheirRelease(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, nil)
 	limit := int(f.Conn().MaxPayload())
-	_, err := f.d.Submit(t.Context(), "pay", payArgs{To: strings.Repeat("b", limit-600), Amount: 1})
-	var ce *windlass.CallError
-	if !errors.As(err, &ce) || ce.Code != windlass.CodePayloadTooLarge {
-		t.Errorf("a gated call that fits the max payload but not with its release: %v, want payload_too_large", err)
+	tight := f.submit(payArgs{To: strings.Repeat("b", limit-600), Amount: 1})
+	if h := f.held(tight); h.ArgumentsRef == nil || h.Arguments != nil {
+		t.Errorf("a gated call that fits the max payload but not with its release: held with %d argument bytes and reference %v, want it by reference", len(h.Arguments), h.ArgumentsRef)
 	}
 
 	id := f.submit(payArgs{To: strings.Repeat("b", limit-6000), Amount: 1})
@@ -68,9 +68,8 @@ func TestGatedCallsLeaveRoomForTheirRelease(t *testing.T) {
 	f.approve(id)
 	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
 	defer cancel()
-	// It runs; its result ("paid … to bbb…", the recipient twice) is too
-	// large to send back, which is said too.
-	if r, err := f.d.Wait(ctx, id); err != nil || r.Code() != windlass.CodeResultTooLarge || f.runs.Load() != 1 {
-		t.Errorf("the call that fits: %.200v, %v (runs %d), want it run once", r, err, f.runs.Load())
+	want := fmt.Sprintf("paid 1.00 to %s", strings.Repeat("b", limit-6000))
+	if r, err := f.d.Wait(ctx, id); err != nil || r.Content != want || f.runs.Load() != 1 {
+		t.Errorf("the call that fits: %.200q, %v (runs %d), want it run once and its result whole", r.Content, err, f.runs.Load())
 	}
 }
