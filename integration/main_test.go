@@ -19,5 +19,14 @@ func TestMain(m *testing.M) {
 		// A worker process of the trace test (see traceworker_test.go).
 		os.Exit(runTraceWorker())
 	}
+	if os.Getenv(largeWorkerEnv) != "" {
+		// The worker process of the large-result memory benchmark (see
+		// largeresult_memory_test.go).
+		os.Exit(runLargeWorker())
+	}
+	if os.Getenv(largeDispatcherEnv) != "" {
+		// Its dispatcher process.
+		os.Exit(runLargeDispatcher())
+	}
 	goleak.VerifyTestMain(m)
 }
