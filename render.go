@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+
+	"github.com/windlass-dev/windlass/internal/jsontext"
 )
 
 // Render turns a tool's return value into the text the model reads. Strings
@@ -23,8 +25,9 @@ func encodeValue(value any) (text string, data json.RawMessage) {
 	case nil:
 		return "null", json.RawMessage("null")
 	case string:
-		b, _ := marshalJSON(v)
-		return v, b
+		// Large strings are common (a file, a page, a report): encoded in
+		// one allocation rather than encoding/json's three.
+		return v, jsontext.Quote(v)
 	case json.RawMessage:
 		if json.Valid(v) {
 			return string(v), v

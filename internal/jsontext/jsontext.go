@@ -1,10 +1,14 @@
 // Package jsontext holds the byte-level readers of JSON text that the
 // fleet's fast paths share: the argument checker of internal/argcheck and
 // the canonical form of package approval/release. Each reads bytes and
-// says where a token ends or what it holds; none decodes.
+// says where a token ends or what it holds; none decodes. Quote is the one
+// writer: a large string's JSON in one allocation.
 package jsontext
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"unicode/utf8"
+)
 
 // NumberEnd reads the JSON number at data[i:],
 // -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?, and returns where it ends.
@@ -62,4 +66,78 @@ func PrintableASCII(b []byte) bool {
 		}
 	}
 	return true
+}
+
+// Quote returns s as a JSON string, byte for byte what encoding/json
+// writes with HTML escaping off (a json.Encoder after SetEscapeHTML(false)):
+// '"' and '\\' escaped, control characters as \b \f \n \r \t or \u00XX,
+// invalid UTF-8 as \ufffd, U+2028 and U+2029 as \u2028 and \u2029. It
+// measures first and allocates once: encoding/json holds a large string
+// three times over while it encodes it (measured on a 50 MiB result in
+// the worker: BENCHMARKS.md, "Payloads by reference").
+func Quote(s string) []byte {
+	n := 2
+	for i := 0; i < len(s); {
+		r, size, esc := next(s, i)
+		if esc != "" {
+			n += len(esc)
+		} else if r < ' ' {
+			n += len(`\u00XX`)
+		} else {
+			n += size
+		}
+		i += size
+	}
+	b := make([]byte, 0, n)
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		r, size, esc := next(s, i)
+		switch {
+		case esc != "":
+			b = append(append(b, s[start:i]...), esc...)
+			start = i + size
+		case r < ' ':
+			const hex = "0123456789abcdef"
+			b = append(append(b, s[start:i]...), '\\', 'u', '0', '0', hex[r>>4], hex[r&0xF])
+			start = i + size
+		}
+		i += size
+	}
+	return append(append(b, s[start:]...), '"')
+}
+
+// next decodes the character of s at i: the rune, its size in s, and its
+// escape when it has a fixed one. A control character without a short
+// escape comes back with none and r < ' '.
+func next(s string, i int) (r rune, size int, esc string) {
+	if c := s[i]; c < utf8.RuneSelf {
+		switch c {
+		case '"':
+			return rune(c), 1, `\"`
+		case '\\':
+			return rune(c), 1, `\\`
+		case '\b':
+			return rune(c), 1, `\b`
+		case '\f':
+			return rune(c), 1, `\f`
+		case '\n':
+			return rune(c), 1, `\n`
+		case '\r':
+			return rune(c), 1, `\r`
+		case '\t':
+			return rune(c), 1, `\t`
+		}
+		return rune(c), 1, ""
+	}
+	r, size = utf8.DecodeRuneInString(s[i:])
+	switch {
+	case r == utf8.RuneError && size == 1:
+		return r, 1, `\ufffd`
+	case r == '\u2028':
+		return r, size, `\u2028`
+	case r == '\u2029':
+		return r, size, `\u2029`
+	}
+	return r, size, ""
 }

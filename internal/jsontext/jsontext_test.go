@@ -2,6 +2,7 @@ package jsontext
 
 import (
 	"bytes"
+	"encoding/json"
 	"testing"
 )
 
@@ -37,4 +38,28 @@ func TestNumberEnd(t *testing.T) {
 			t.Errorf("NumberEnd(%q) = %d, %t; want %d, %t", tt.in, end, ok, tt.end, tt.want)
 		}
 	}
+}
+
+// FuzzQuoteAgrees: Quote writes what encoding/json writes with HTML
+// escaping off, for any string, valid UTF-8 or not.
+func FuzzQuoteAgrees(f *testing.F) {
+	for _, s := range []string{"", "plain", `a"b\c`, "\b\f\n\r\t\x00\x1f\x7f", "<&>", "é\u2028\u2029\ufffd", "\xff\xfe bad", "\xe2\x80", "🚀 x"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(s); err != nil {
+			t.Fatal(err)
+		}
+		want := bytes.TrimSuffix(buf.Bytes(), []byte{'\n'})
+		got := Quote(s)
+		if !bytes.Equal(got, want) {
+			t.Fatalf("Quote(%q) = %s, want %s", s, got, want)
+		}
+		if cap(got) != len(got) {
+			t.Errorf("Quote(%q): capacity %d for %d bytes: measured wrong", s, cap(got), len(got))
+		}
+	})
 }

@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -87,11 +88,29 @@ var putPolicy = retry.Policy{Initial: 100 * time.Millisecond, Max: 2 * time.Seco
 // its own, and returns its reference.
 func (s *Store) Put(ctx context.Context, kind, callID string, data []byte) (windlass.PayloadRef, error) {
 	sum := sha256.Sum256(data)
+	return s.put(ctx, kind, callID, int64(len(data)), sum[:], func() io.Reader { return bytes.NewReader(data) })
+}
+
+// PutString is Put of a string, without copying it.
+func (s *Store) PutString(ctx context.Context, kind, callID, data string) (windlass.PayloadRef, error) {
+	h := sha256.New()
+	var buf [32 << 10]byte
+	for rest := data; rest != ""; {
+		n := copy(buf[:], rest)
+		h.Write(buf[:n])
+		rest = rest[n:]
+	}
+	return s.put(ctx, kind, callID, int64(len(data)), h.Sum(nil), func() io.Reader { return strings.NewReader(data) })
+}
+
+// put uploads the size bytes whose SHA-256 is sum that each call of
+// open reads, retrying (see putPolicy).
+func (s *Store) put(ctx context.Context, kind, callID string, size int64, sum []byte, open func() io.Reader) (windlass.PayloadRef, error) {
 	ref := windlass.PayloadRef{Bucket: layout.PayloadsBucket, Name: layout.PayloadObject(kind, callID, nuid.Next()),
-		Size: int64(len(data)), SHA256: hex.EncodeToString(sum[:])}
+		Size: size, SHA256: hex.EncodeToString(sum)}
 	meta := jetstream.ObjectMeta{Name: ref.Name, Opts: &jetstream.ObjectMetaOptions{ChunkSize: uint32(s.chunk)}}
 	err := retry.Do(ctx, putPolicy, func(ctx context.Context) error {
-		_, err := s.obs.Put(ctx, meta, bytes.NewReader(data))
+		_, err := s.obs.Put(ctx, meta, open())
 		return err
 	})
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"unsafe"
 
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/internal/layout"
@@ -38,7 +39,7 @@ func (s *Store) Offload(ctx context.Context, r windlass.ToolResult) (windlass.To
 	if r.DataRef != nil && string(r.Data) == r.Content {
 		r.ContentRef = r.DataRef
 	} else {
-		ref, err := s.Put(ctx, layout.PayloadContent, r.CallID, []byte(r.Content))
+		ref, err := s.PutString(ctx, layout.PayloadContent, r.CallID, r.Content)
 		if err != nil {
 			return r, err
 		}
@@ -90,7 +91,10 @@ func (s *Store) Resolve(ctx context.Context, r windlass.ToolResult, limit int64)
 		if err != nil {
 			return unusable(r, "content", err)
 		}
-		out.Content = string(content)
+		// Get's buffer is this function's alone and never written again:
+		// the string takes it over instead of a copy of it (measured: a
+		// 50 MiB result held in four copies' room, three with this).
+		out.Content = unsafe.String(unsafe.SliceData(content), len(content))
 	}
 	return out, nil
 }
