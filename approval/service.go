@@ -196,6 +196,11 @@ func (s *Service) Run(ctx context.Context) error {
 	if _, err := layout.EnsureReleases(ctx, s.js, opts); err != nil {
 		return fmt.Errorf("approval: %w", err)
 	}
+	// And the payloads bucket the dispatchers and workers put large
+	// arguments and results in, for the same reason.
+	if _, err := layout.EnsurePayloads(ctx, s.js, opts); err != nil {
+		return fmt.Errorf("approval: %w", err)
+	}
 	cons, err := s.js.CreateOrUpdateConsumer(ctx, layout.ApprovalsStream, jetstream.ConsumerConfig{
 		Durable: ConsumerName, FilterSubject: layout.ApprovalSubjects, AckPolicy: jetstream.AckExplicitPolicy,
 		AckWait: 10 * time.Second, MaxDeliver: -1, Description: "Windlass approval service",
