@@ -567,3 +567,38 @@ func TestBrowserDashboardPolicy(t *testing.T) {
 		}
 	}
 }
+
+// TestBrowserLargeArgumentsShowAll: a held call whose arguments travel by
+// reference shows their first part and their size; "Show all arguments"
+// fetches them whole and shows them formatted in its place; approving
+// runs the call with all of them.
+func TestBrowserLargeArgumentsShowAll(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, nil)
+	args := payArgs{To: "bob", Amount: 5, Memo: strings.Repeat("m", 512<<10) + "<end of the memo>"}
+	full, _ := json.Marshal(args)
+	id := f.submit(args)
+	f.held(id)
+
+	p := newBrowserPage(t, f.api.URL)
+	p.open()
+	p.signIn(f.tokens["alice"])
+	row := browserRow(id)
+	p.do("wait for the call's row", chromedp.WaitVisible(chromedp.CSS(row+" button.show-all-args")))
+	if got, want := p.text(row+" .args-cell p.note"), fmt.Sprintf("Large arguments: the first part of %d bytes.", len(full)); got != want {
+		t.Errorf("note = %q, want %q", got, want)
+	}
+	if got := p.text(row + " pre.args"); !strings.HasPrefix(got, `{"to":"bob","amount":5,"memo":"mmm`) || len(got) > 4<<10 || strings.Contains(got, "<end of the memo>") {
+		t.Errorf("before Show all: %d characters shown (%.80q…), want the 4 KiB preview", len(got), got)
+	}
+	p.do("show all", chromedp.Click(chromedp.CSS(row+" button.show-all-args")))
+	p.do("the whole arguments", chromedp.WaitNotPresent(chromedp.CSS(row+" button.show-all-args")))
+	if got, want := p.text(row+" pre.args"), browserPretty(t, args); got != want {
+		t.Errorf("after Show all: %d characters shown, want the %d of the whole arguments formatted", len(got), len(want))
+	}
+	p.do("approve", chromedp.Click(chromedp.CSS(row+" button.approve")))
+	r := f.wait(id)
+	if r.IsError || r.Content != fmt.Sprintf("paid 5.00 to bob (a memo of %d bytes)", len(args.Memo)) || f.runs.Load() != 1 {
+		t.Fatalf("result = %q (runs %d)", r.Content, f.runs.Load())
+	}
+}
