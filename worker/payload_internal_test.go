@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -80,16 +81,27 @@ func TestResultInlineLimitEdge(t *testing.T) {
 		t.Errorf("resolved: %d content bytes, %v", len(back.Content), err)
 	}
 
-	// A string value renders as itself: content and JSON value differ,
-	// two objects.
+	// A string value renders as itself: one object, its JSON, from which
+	// the reader takes the string back.
 	w.inline = 4 << 10
-	text := windlass.ToolResult{CallID: "edge2", Name: "rows", Content: strings.Repeat("t", 3000), Data: []byte(`"` + strings.Repeat("t", 3000) + `"`)}
-	sent, _, err = w.resultMessage(d, text)
-	if err != nil || sent.ContentRef == nil || sent.DataRef == nil || *sent.ContentRef == *sent.DataRef {
-		t.Fatalf("a string value: sent refs %v %v, %v; want two references", sent.ContentRef, sent.DataRef, err)
+	text := strings.Repeat("t\n\"é\u2028", 600)
+	str := windlass.ToolResult{CallID: "edge2", Name: "rows", Content: text, Data: quoted(t, text)}
+	sent, _, err = w.resultMessage(d, str)
+	if err != nil || sent.ContentRef == nil || sent.DataRef == nil || *sent.ContentRef != *sent.DataRef {
+		t.Fatalf("a string value: sent refs %v %v, %v; want one reference", sent.ContentRef, sent.DataRef, err)
 	}
-	if back, err := w.payloads.Resolve(t.Context(), sent, 1<<20); err != nil || back.Content != text.Content || string(back.Data) != string(text.Data) {
+	if back, err := w.payloads.Resolve(t.Context(), sent, 1<<20); err != nil || back.Content != text || string(back.Data) != string(str.Data) {
 		t.Errorf("a string value resolved: %d content bytes, %v", len(back.Content), err)
+	}
+	// A content that is not the value's rendering (a proxy's summary of
+	// its value): two objects.
+	summary := windlass.ToolResult{CallID: "edge3", Name: "rows", Content: strings.Repeat("s", 3000), Data: []byte(value)}
+	sent, _, err = w.resultMessage(d, summary)
+	if err != nil || sent.ContentRef == nil || sent.DataRef == nil || *sent.ContentRef == *sent.DataRef {
+		t.Fatalf("a summary: sent refs %v %v, %v; want two references", sent.ContentRef, sent.DataRef, err)
+	}
+	if back, err := w.payloads.Resolve(t.Context(), sent, 1<<20); err != nil || back.Content != summary.Content || string(back.Data) != value {
+		t.Errorf("a summary resolved: %d content bytes, %v", len(back.Content), err)
 	}
 
 	before := objects()
@@ -101,4 +113,14 @@ func TestResultInlineLimitEdge(t *testing.T) {
 	if after := objects(); after != before {
 		t.Errorf("over the tool's limit, the bucket went from %d to %d messages", before, after)
 	}
+}
+
+// quoted is s's JSON, as encoding/json writes it.
+func quoted(t *testing.T, s string) []byte {
+	t.Helper()
+	b, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

@@ -1,13 +1,18 @@
 // Package jsontext holds the byte-level readers of JSON text that the
 // fleet's fast paths share: the argument checker of internal/argcheck and
 // the canonical form of package approval/release. Each reads bytes and
-// says where a token ends or what it holds; none decodes. Quote is the one
-// writer: a large string's JSON in one allocation.
+// says where a token ends or what it holds. Quote and Unquote are the
+// exceptions: a large string's JSON, and back, in one allocation each.
 package jsontext
 
 import (
+	"bytes"
 	"encoding/binary"
+	"encoding/json"
+	"strconv"
+	"unicode/utf16"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // NumberEnd reads the JSON number at data[i:],
@@ -140,4 +145,124 @@ func next(s string, i int) (r rune, size int, esc string) {
 		return r, size, `\u2029`
 	}
 	return r, size, ""
+}
+
+// Quotes reports whether quoted is Quote(s), without making it.
+func Quotes(s string, quoted []byte) bool {
+	if len(quoted) < 2 || quoted[0] != '"' || quoted[len(quoted)-1] != '"' {
+		return false
+	}
+	q := quoted[1 : len(quoted)-1]
+	for i := 0; i < len(s); {
+		r, size, esc := next(s, i)
+		switch {
+		case esc != "":
+			if len(q) < len(esc) || string(q[:len(esc)]) != esc {
+				return false
+			}
+			q = q[len(esc):]
+		case r < ' ':
+			const hex = "0123456789abcdef"
+			if len(q) < 6 || string(q[:4]) != `\u00` || q[4] != hex[r>>4] || q[5] != hex[r&0xF] {
+				return false
+			}
+			q = q[6:]
+		default:
+			if len(q) < size || string(q[:size]) != s[i:i+size] {
+				return false
+			}
+			q = q[size:]
+		}
+		i += size
+	}
+	return len(q) == 0
+}
+
+// Unquote decodes a JSON string, the way encoding/json does, in one
+// allocation of the decoded size for what Quote writes (escapes \" \\ \/
+// \b \f \n \r \t and \uXXXX outside the surrogates, valid UTF-8 between
+// them); anything else (a surrogate pair, invalid UTF-8, bad syntax) goes
+// to encoding/json.
+func Unquote(quoted []byte) (string, error) {
+	n, ok := unquotedLen(quoted)
+	if !ok {
+		var s string
+		err := json.Unmarshal(quoted, &s)
+		return s, err
+	}
+	b := make([]byte, 0, n)
+	for q := quoted[1 : len(quoted)-1]; len(q) > 0; {
+		if q[0] != '\\' {
+			end := bytes.IndexByte(q, '\\')
+			if end < 0 {
+				end = len(q)
+			}
+			b, q = append(b, q[:end]...), q[end:]
+			continue
+		}
+		r, size := escaped(q)
+		b, q = utf8.AppendRune(b, r), q[size:]
+	}
+	return unsafe.String(unsafe.SliceData(b), len(b)), nil // b is this function's alone
+}
+
+// unquotedLen measures what Unquote's fast path makes of quoted; ok is
+// false when it must not take it.
+func unquotedLen(quoted []byte) (n int, ok bool) {
+	if len(quoted) < 2 || quoted[0] != '"' || quoted[len(quoted)-1] != '"' {
+		return 0, false
+	}
+	q := quoted[1 : len(quoted)-1]
+	for len(q) > 0 {
+		if q[0] == '\\' {
+			r, size := escaped(q)
+			if size == 0 {
+				return 0, false
+			}
+			n, q = n+utf8.RuneLen(r), q[size:]
+			continue
+		}
+		end := bytes.IndexByte(q, '\\')
+		if end < 0 {
+			end = len(q)
+		}
+		seg := q[:end]
+		if !utf8.Valid(seg) || bytes.IndexByte(seg, '"') >= 0 || bytes.ContainsFunc(seg, func(r rune) bool { return r < ' ' }) {
+			return 0, false
+		}
+		n, q = n+len(seg), q[end:]
+	}
+	return n, true
+}
+
+// escaped decodes the escape at the start of q; size 0 when the fast path
+// does not take it.
+func escaped(q []byte) (r rune, size int) {
+	if len(q) < 2 {
+		return 0, 0
+	}
+	switch q[1] {
+	case '"', '\\', '/':
+		return rune(q[1]), 2
+	case 'b':
+		return '\b', 2
+	case 'f':
+		return '\f', 2
+	case 'n':
+		return '\n', 2
+	case 'r':
+		return '\r', 2
+	case 't':
+		return '\t', 2
+	case 'u':
+		if len(q) < 6 {
+			return 0, 0
+		}
+		v, err := strconv.ParseUint(string(q[2:6]), 16, 16)
+		if err != nil || utf16.IsSurrogate(rune(v)) {
+			return 0, 0
+		}
+		return rune(v), 6
+	}
+	return 0, 0
 }

@@ -63,3 +63,42 @@ func FuzzQuoteAgrees(f *testing.F) {
 		}
 	})
 }
+
+// FuzzQuotesAgrees: Quotes(s, q) holds exactly when q is Quote(s).
+func FuzzQuotesAgrees(f *testing.F) {
+	for _, s := range []string{"", "plain", `a"b\c`, "\b\x00\n", "é\u2028", "\xff bad"} {
+		f.Add(s, string(Quote(s)))
+		f.Add(s, `"`+s+`"`)
+	}
+	f.Fuzz(func(t *testing.T, s, q string) {
+		if got, want := Quotes(s, []byte(q)), string(Quote(s)) == q; got != want {
+			t.Fatalf("Quotes(%q, %q) = %v, want %v", s, q, got, want)
+		}
+		if !Quotes(s, Quote(s)) {
+			t.Fatalf("Quotes(%q, Quote(it)) = false", s)
+		}
+	})
+}
+
+// FuzzUnquoteAgrees: Unquote decodes any text as encoding/json does, and
+// gives back what Quote encoded (as encoding/json reads it back).
+func FuzzUnquoteAgrees(f *testing.F) {
+	for _, s := range []string{`""`, `"plain"`, `"a\"b\\c\/d"`, `"\b\f\n\r\t\u0000\u001f"`, `"\u00e9\u2028\ufffd"`, `"\ud83d\ude80"`, `"\ud83d"`, "\"\xff\"", `"a`, `"a"b"`, "\"\x01\"", `"\u12"`, `"\x"`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var want string
+		wantErr := json.Unmarshal(b, &want)
+		got, err := Unquote(b)
+		if (err != nil) != (wantErr != nil) || (err == nil && got != want) {
+			t.Fatalf("Unquote(%q) = %q, %v; encoding/json: %q, %v", b, got, err, want, wantErr)
+		}
+		var back string
+		if err := json.Unmarshal(Quote(string(b)), &back); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := Unquote(Quote(string(b))); err != nil || got != back {
+			t.Fatalf("Unquote(Quote(%q)) = %q, %v; want %q", b, got, err, back)
+		}
+	})
+}

@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/windlass-dev/windlass"
+	"github.com/windlass-dev/windlass/internal/jsontext"
 	"github.com/windlass-dev/windlass/internal/layout"
 )
 
@@ -26,8 +27,8 @@ func ValueSize(r windlass.ToolResult) int64 {
 
 // Offload stores a result's content and value in the bucket and returns
 // the result that points at them (see windlass.ToolResult.ContentRef):
-// one object when they are the same bytes (any value but a string is
-// rendered as its JSON), two otherwise.
+// one object when the content is the value's rendering (see rendering),
+// which is what a tool's value gives, two otherwise.
 func (s *Store) Offload(ctx context.Context, r windlass.ToolResult) (windlass.ToolResult, error) {
 	if len(r.Data) > 0 {
 		ref, err := s.Put(ctx, layout.PayloadData, r.CallID, r.Data)
@@ -36,7 +37,7 @@ func (s *Store) Offload(ctx context.Context, r windlass.ToolResult) (windlass.To
 		}
 		r.DataRef = &ref
 	}
-	if r.DataRef != nil && string(r.Data) == r.Content {
+	if r.DataRef != nil && rendering(r.Data, r.Content) {
 		r.ContentRef = r.DataRef
 	} else {
 		ref, err := s.PutString(ctx, layout.PayloadContent, r.CallID, r.Content)
@@ -47,6 +48,25 @@ func (s *Store) Offload(ctx context.Context, r windlass.ToolResult) (windlass.To
 	}
 	r.Content, r.Data = "", nil
 	return r, nil
+}
+
+// rendering reports whether content is the rendering of the JSON value
+// data (windlass.Render): the string itself when data is a JSON string,
+// else data's text. When it is, one object holds both (PROTOCOL.md,
+// "Payloads by reference").
+func rendering(data []byte, content string) bool {
+	if len(data) > 0 && data[0] == '"' {
+		return jsontext.Quotes(content, data)
+	}
+	return string(data) == content
+}
+
+// rendered is the content of which data is the value (see rendering).
+func rendered(data []byte) (string, error) {
+	if len(data) > 0 && data[0] == '"' {
+		return jsontext.Unquote(data)
+	}
+	return string(data), nil
 }
 
 // Forget deletes the objects of a result that was not stored (a second
@@ -85,7 +105,11 @@ func (s *Store) Resolve(ctx context.Context, r windlass.ToolResult, limit int64)
 	switch ref := r.ContentRef; {
 	case ref == nil:
 	case r.DataRef != nil && *ref == *r.DataRef:
-		out.Content = string(out.Data)
+		content, err := rendered(out.Data)
+		if err != nil {
+			return unusable(r, "content", fmt.Errorf("%w: the value's rendering: %w", ErrUnreadable, err))
+		}
+		out.Content = content
 	default:
 		content, err := s.Get(ctx, *ref, limit)
 		if err != nil {
