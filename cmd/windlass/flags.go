@@ -29,11 +29,25 @@ import (
 func newFlags(name, synopsis string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: windlass %s\n\nFlags (each falls back to the environment variable shown):\n", synopsis)
-		fs.PrintDefaults()
-	}
+	fs.Usage = usageFunc(fs, synopsis, nil)
 	return fs
+}
+
+// usageFunc prints the synopsis and the flags of fs but those of hidden: a
+// flag a command shares with others and refuses is not offered.
+func usageFunc(fs *flag.FlagSet, synopsis string, hidden map[string]string) func() {
+	return func() {
+		fmt.Fprintf(fs.Output(), "Usage: windlass %s\n\nFlags (each falls back to the environment variable shown):\n", synopsis)
+		shown := flag.NewFlagSet(fs.Name(), flag.ContinueOnError)
+		shown.SetOutput(fs.Output())
+		fs.VisitAll(func(f *flag.Flag) {
+			if _, ok := hidden[f.Name]; !ok {
+				shown.Var(f.Value, f.Name, f.Usage)
+				shown.Lookup(f.Name).DefValue = f.DefValue // the default, not a value given before --help
+			}
+		})
+		shown.PrintDefaults()
+	}
 }
 
 // parseArgs parses flags wherever they stand among the positional
