@@ -62,6 +62,7 @@ type prepared struct {
 	gated    bool        // published for the approval service, not the tool
 	argsHash string      // the arguments' canonical hash, for a caller's own id
 	opts     callOptions // as the caller set them
+	counted  *counted    // its count in the metrics; nil: metrics off, or counted by another submit
 }
 
 // prepare checks a call against the view and encodes it. A refusal is a
@@ -210,7 +211,7 @@ func (d *Dispatcher) schema(spec windlass.Spec, hash string) (*windlass.Argument
 // goes to the approval service, so the calls stream does not hold it.
 func (d *Dispatcher) publish(ctx context.Context, p *prepared) (duplicate bool, err error) {
 	ctx, span := d.startSend(ctx, p)
-	defer func() { endSend(span, err) }()
+	defer func() { endSend(span, err); d.published(p, duplicate, err) }()
 	if p.ownID {
 		if rec, ok := d.recordOf(ctx, p.call.ID, false); ok {
 			return true, conflict(p, rec)
@@ -333,12 +334,9 @@ func (d *Dispatcher) Call(ctx context.Context, name string, args any, opts ...Ca
 		d.metrics.Refused(ctx, r)
 		return r, err
 	}
-	if d.metrics == nil {
-		return d.call(ctx, p)
-	}
-	done := d.metrics.Start(ctx, name)
+	d.count(ctx, p)
 	r, err := d.call(ctx, p)
-	done(r)
+	d.finish(p, r) // its timeout or cancellation, unless its result came first
 	return r, err
 }
 
@@ -354,6 +352,7 @@ func (d *Dispatcher) call(ctx context.Context, p *prepared) (windlass.ToolResult
 		// The same id is in flight on this instance: a retried Call. If it
 		// is the same call (tool and arguments), wait for its one result,
 		// as a retry on another instance does.
+		p.counted.duplicate()
 		if rec, ok := d.recordOf(waitCtx, p.call.ID, true); ok {
 			if err := conflict(p, rec); err != nil {
 				return refusal(name, err)
@@ -428,8 +427,11 @@ func refusal(name string, err error) (windlass.ToolResult, error) {
 func (d *Dispatcher) Submit(ctx context.Context, name string, args any, opts ...CallOption) (string, error) {
 	p, err := d.prepare(ctx, name, args, opts)
 	if err != nil {
+		r, _ := refusal(name, err)
+		d.metrics.Refused(ctx, r)
 		return "", err
 	}
+	d.count(ctx, p) // until its result reaches this instance, whoever reads it
 	if _, err := d.publish(ctx, p); err != nil {
 		return "", err
 	}
