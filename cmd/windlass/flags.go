@@ -280,11 +280,13 @@ func (c *common) registry(rc redis.UniversalClient, log *slog.Logger) (*registry
 // session is what every command that talks to the fleet opens: a logger,
 // the NATS and Redis connections and the registry.
 type session struct {
-	dispatcherID string
-	log          *slog.Logger
-	nc           *nats.Conn
-	rc           *redis.Client
-	reg          *registry.Registry
+	name          string // the command's
+	dispatcherID  string
+	log           *slog.Logger
+	nc            *nats.Conn
+	rc            *redis.Client
+	reg           *registry.Registry
+	stopTelemetry func() // nil until dispatcher started it
 }
 
 // open builds the logger, connects and makes the registry; Close undoes it.
@@ -303,17 +305,32 @@ func (c *common) open(name string, stderr io.Writer) (*session, error) {
 		_ = rc.Close()
 		return nil, err
 	}
-	return &session{dispatcherID: *c.dispatcherID, log: log, nc: nc, rc: rc, reg: reg}, nil
+	return &session{name: name, dispatcherID: *c.dispatcherID, log: log, nc: nc, rc: rc, reg: reg}, nil
 }
 
-// Close closes the connections.
+// Close closes the connections and flushes the telemetry the session
+// started; close its dispatcher first, so that its spans are ended.
 func (s *session) Close() {
 	s.nc.Close()
 	_ = s.rc.Close()
+	if s.stopTelemetry != nil {
+		s.stopTelemetry()
+	}
 }
 
-// dispatcher starts a dispatcher on the session.
+// dispatcher starts a dispatcher on the session, for a client command
+// (call, watch, status, cancel, dead, tools): it first installs the
+// OpenTelemetry export the OTEL_* variables ask for, as the services do,
+// so that the call's producer span, sent from here, is the parent of the
+// worker's spans.
 func (s *session) dispatcher(ctx context.Context) (*dispatcher.Dispatcher, error) {
+	if s.stopTelemetry == nil {
+		stop, err := clientTelemetry(ctx, "windlass-"+s.name, s.log)
+		if err != nil {
+			return nil, err
+		}
+		s.stopTelemetry = stop
+	}
 	return dispatcher.New(ctx, dispatcher.Config{Conn: s.nc, Registry: s.reg, ID: s.dispatcherID, Logger: s.log})
 }
 
