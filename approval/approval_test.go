@@ -597,8 +597,8 @@ func TestCancelHeldCall(t *testing.T) {
 			t.Errorf("canceled audit event = %+v, want the reason", ev)
 		}
 	}
-	if got := strings.Join(kinds, " "); got != "requested: canceled:system" {
-		t.Errorf("audit = %q, want requested then canceled", got)
+	if got := strings.Join(kinds, " "); got != "requested: canceled:caller" {
+		t.Errorf("audit = %q, want requested then canceled by the caller", got)
 	}
 	// The dashboard's webhook gets approval.canceled with the call.
 	fleettest.WaitFor(t, 10*time.Second, "an approval.canceled webhook", func() bool {
@@ -607,8 +607,8 @@ func TestCancelHeldCall(t *testing.T) {
 		return len(webhooks) > 0
 	})
 	mu.Lock()
-	if d := webhooks[0]; d["call_id"] != id || d["call"].(map[string]any)["status"] != "canceled" {
-		t.Errorf("approval.canceled data = %v", d)
+	if d := webhooks[0]; d["call_id"] != id || d["call"].(map[string]any)["status"] != "canceled" || d["actor"] != "caller" {
+		t.Errorf("approval.canceled data = %v, want the canceled call and actor caller", d)
 	}
 	mu.Unlock()
 	// Status from any dispatcher: finished, canceled.

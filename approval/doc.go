@@ -71,5 +71,6 @@
 // Notify returns nil, so events survive a restart. [WebhookNotifier] posts
 // approval.requested, approval.approved, approval.rejected,
 // approval.expired and approval.canceled per the Standard Webhooks specification (package
-// approval/webhook), with a webhook-id derived from the audit entry.
+// approval/webhook), with a webhook-id derived from the audit entry;
+// approval.approved is sent once the approved call was released.
 package approval

@@ -196,7 +196,7 @@ redis.call('HSET', KEYS[1], 'status', 'canceled', 'reason', ARGV[3], 'decided_ms
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('ZADD', KEYS[4], redis.call('HGET', KEYS[1], 'requested_ms'), ARGV[1])
-redis.call('XADD', KEYS[5], '*', 'event', 'canceled', 'call_id', ARGV[1], 'actor', 'system', 'reason', ARGV[3])
+redis.call('XADD', KEYS[5], '*', 'event', 'canceled', 'call_id', ARGV[1], 'actor', 'caller', 'reason', ARGV[3])
 return 'canceled'
 `)
 
@@ -410,7 +410,8 @@ type AuditEvent struct {
 	Event string `json:"event"`
 	// CallID is the held call.
 	CallID string `json:"call_id"`
-	// Actor is the reviewer, the requester, or "system".
+	// Actor is the reviewer, the requester, "caller" (the caller canceled
+	// the call) or "system" (expired, released).
 	Actor string `json:"actor"`
 	// Fields holds the event's other fields (reason, before, after).
 	Fields map[string]string `json:"fields,omitempty"`

@@ -11,10 +11,12 @@ import (
 )
 
 // webhookTypes maps audit events to the webhook event types the dashboard
-// receives; other audit events (approval, edited, released) are not sent.
+// receives; other audit events (approval, approved, edited) are not sent.
+// approval.approved is sent for the release that follows the approval, so
+// that the call it carries says "released": true.
 var webhookTypes = map[string]string{
 	"requested": "approval.requested",
-	"approved":  "approval.approved",
+	"released":  "approval.approved",
 	"rejected":  "approval.rejected",
 	"expired":   "approval.expired",
 	"canceled":  "approval.canceled",
@@ -22,8 +24,10 @@ var webhookTypes = map[string]string{
 
 // WebhookNotifier returns a Config.Notify that posts approval.requested,
 // approval.approved, approval.rejected, approval.expired and
-// approval.canceled (the caller canceled the held call) to the sender's
-// endpoints, signed per Standard Webhooks. The webhook-id is derived from
+// approval.canceled (the caller canceled the held call; actor "caller") to
+// the sender's endpoints, signed per Standard Webhooks. approval.approved
+// comes once the approved call was released to its tool, naming as actor
+// the reviewer whose approval decided it. The webhook-id is derived from
 // the audit entry, so it stays the same across retries and restarts. An
 // event the sender gave up on (retries exhausted, endpoint gone) is logged
 // by the sender and not retried again; an interrupted delivery (the service
@@ -34,7 +38,11 @@ func WebhookNotifier(sender *webhook.Sender) func(context.Context, AuditEvent, *
 		if !ok {
 			return nil
 		}
-		data := map[string]any{"event_id": ev.ID, "call_id": ev.CallID, "actor": ev.Actor}
+		actor := ev.Actor
+		if ev.Event == "released" && call != nil && len(call.Approvers) > 0 {
+			actor = call.Approvers[len(call.Approvers)-1] // the approval that released it
+		}
+		data := map[string]any{"event_id": ev.ID, "call_id": ev.CallID, "actor": actor}
 		if call != nil {
 			data["call"] = call
 		}

@@ -114,3 +114,66 @@ func TestWebhooksReachADashboardThatWasDown(t *testing.T) {
 		t.Errorf("webhook attempts logged = %d (%v), attempts made %d", logged, err, attempts.Load())
 	}
 }
+
+// TestApprovedWebhookSaysReleased: the approval.approved webhook of a call
+// approved by two reviewers comes once it was released, saying so
+// ("released": true), with the reviewer whose approval decided it as the
+// actor; the call's approval.requested is the only other event sent.
+func TestApprovedWebhookSaysReleased(t *testing.T) {
+	t.Parallel()
+	secret := webhook.NewSecret()
+	var (
+		mu       sync.Mutex
+		payloads = map[string][]map[string]any{} // type -> data
+	)
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if err := webhook.Verify([]webhook.Secret{secret}, r.Header, body, 0); err != nil {
+			t.Errorf("signature: %v", err)
+		}
+		var p struct {
+			Type string         `json:"type"`
+			Data map[string]any `json:"data"`
+		}
+		_ = json.Unmarshal(body, &p)
+		mu.Lock()
+		payloads[p.Type] = append(payloads[p.Type], p.Data)
+		mu.Unlock()
+	}))
+	defer receiver.Close()
+	sender, err := webhook.New(webhook.Config{Endpoints: []webhook.Endpoint{{URL: receiver.URL, Secrets: []webhook.Secret{secret}}}, AllowPrivate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sender.CloseIdleConnections()
+	f := newFleet(t, map[string]approval.ToolPolicy{"pay": {RequiredApprovals: 2}})
+	f.stopSvc()
+	f.cfg.Notify = approval.WebhookNotifier(sender)
+	f.startService()
+
+	id := f.submit(payArgs{To: "a", Amount: 1})
+	h := f.held(id)
+	for _, reviewer := range []string{"alice", "bob"} {
+		if code, body := f.do("POST", "/v1/approvals/"+id+"/approve", reviewer, map[string]any{"args_hash": h.ArgsHash}); code != http.StatusOK {
+			t.Fatalf("approve as %s: %d %v", reviewer, code, body)
+		}
+	}
+	if r := f.wait(id); r.IsError {
+		t.Fatalf("result %+v, want the payment", r)
+	}
+	fleettest.WaitFor(t, 10*time.Second, "an approval.approved webhook", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(payloads["approval.approved"]) > 0
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	d := payloads["approval.approved"][0]
+	call, _ := d["call"].(map[string]any)
+	if d["call_id"] != id || d["actor"] != "bob" || call["released"] != true || call["status"] != "approved" {
+		t.Errorf("approval.approved data = %v, want call %s, actor bob, released true", d, id)
+	}
+	if len(payloads) != 2 || len(payloads["approval.requested"]) != 1 || len(payloads["approval.approved"]) != 1 {
+		t.Errorf("webhooks %v, want one approval.requested and one approval.approved", payloads)
+	}
+}

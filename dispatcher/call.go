@@ -15,6 +15,7 @@ import (
 	"github.com/windlass-dev/windlass/approval/release"
 	"github.com/windlass-dev/windlass/internal/layout"
 	"github.com/windlass-dev/windlass/internal/retry"
+	"github.com/windlass-dev/windlass/registry"
 )
 
 // CallOption configures one call.
@@ -26,6 +27,7 @@ type callOptions struct {
 	deadline      time.Time
 	metadata      map[string]string
 	specHash      string
+	style         windlass.Style
 	allowNoWorker bool
 }
 
@@ -43,10 +45,61 @@ func WithDeadline(t time.Time) CallOption { return func(o *callOptions) { o.dead
 func WithMetadata(m map[string]string) CallOption { return func(o *callOptions) { o.metadata = m } }
 
 // WithSpecHash pins the spec version the model saw (from [Dispatcher.Catalog]):
-// a worker with another version answers spec_mismatch instead of running
-// arguments meant for another schema. Default: the version in the
-// dispatcher's view at call time.
+// a call pinned to a version the fleet no longer serves is refused before
+// it is queued, with a [*SpecMismatchError] (code spec_mismatch) carrying
+// the tool as it is now, and a worker with another version (one the
+// dispatcher's view has not caught up with yet) answers spec_mismatch
+// instead of running arguments meant for another schema. Default: the
+// version in the dispatcher's view at call time.
 func WithSpecHash(h string) CallOption { return func(o *callOptions) { o.specHash = h } }
+
+// WithStyle names the provider format the caller's model sees the tools in
+// (as [Dispatcher.Tools] renders them): a spec_mismatch refusal shows the
+// tool's current definition in it. Default: [windlass.DefaultStyle].
+func WithStyle(s windlass.Style) CallOption { return func(o *callOptions) { o.style = s } }
+
+// SpecMismatchError refuses a call pinned with [WithSpecHash] to a version
+// of the tool's spec the fleet no longer serves: the model saw another
+// schema, and nothing was queued. It carries the tool as it is now, to
+// show the model before it calls again. Its code and message are those of
+// the *windlass.CallError it unwraps to (code spec_mismatch), whose
+// message holds the tool's current definition in the caller's style.
+type SpecMismatchError struct {
+	// Pinned is the spec hash the call was made for.
+	Pinned string
+	// Current is the tool's spec now.
+	Current windlass.Spec
+	// CurrentHash is Current's hash: the pin to call it with.
+	CurrentHash string
+	// Style is the caller's style ([WithStyle]), the one Definition renders.
+	Style windlass.Style
+
+	err *windlass.CallError
+}
+
+// newSpecMismatch builds the refusal of a call pinned to pinned.
+func newSpecMismatch(pinned string, info registry.ToolInfo, style windlass.Style) *SpecMismatchError {
+	e := &SpecMismatchError{Pinned: pinned, Current: info.Spec, CurrentHash: info.Hash, Style: cmp.Or(style, windlass.DefaultStyle)}
+	def := "(it cannot be shown in that style)"
+	if d, err := e.Definition(); err == nil {
+		b, _ := json.Marshal(d)
+		def = string(b)
+	}
+	e.err = &windlass.CallError{Code: windlass.CodeSpecMismatch, Message: fmt.Sprintf(
+		"Tool %q changed since the model saw it: the call was made for spec %s, the fleet now serves spec %s; it was not run. Its current definition (%s): %s. Call it again with arguments for this definition (spec_hash %s).",
+		info.Spec.Name, pinned, info.Hash, e.Style, def, info.Hash)}
+	return e
+}
+
+// Definition is the tool's current definition in the caller's style, as
+// [Dispatcher.Tools] lists it.
+func (e *SpecMismatchError) Definition() (map[string]any, error) { return e.Current.Schema(e.Style) }
+
+// Error implements error, as the unwrapped *windlass.CallError.
+func (e *SpecMismatchError) Error() string { return e.err.Error() }
+
+// Unwrap returns the refusal as a *windlass.CallError, code spec_mismatch.
+func (e *SpecMismatchError) Unwrap() error { return e.err }
 
 // AllowNoWorker queues the call even when no live worker serves the tool;
 // one started before the deadline will run it.
@@ -63,6 +116,7 @@ type prepared struct {
 	large    []byte      // arguments too large for the message: they go by reference
 	argsHash string      // the arguments' canonical hash, for a caller's own id
 	opts     callOptions // as the caller set them
+	counted  *counted    // its count in the metrics; nil: metrics off, or counted by another submit
 }
 
 // prepare checks a call against the view and encodes it. A refusal is a
@@ -89,6 +143,9 @@ func (d *Dispatcher) prepare(ctx context.Context, name string, args any, opts []
 	if !ok {
 		return nil, &windlass.CallError{Code: windlass.CodeUnknownTool, Message: fmt.Sprintf("Unknown tool %q: no worker has ever advertised it.", name)}
 	}
+	if o.specHash != "" && o.specHash != info.Hash {
+		return nil, newSpecMismatch(o.specHash, info, o.style)
+	}
 	if !o.allowNoWorker && !info.HasLiveWorker(asOf) {
 		return nil, &windlass.CallError{Code: windlass.CodeNoWorker, Message: fmt.Sprintf("Tool %q has no live worker right now.", name)}
 	}
@@ -113,7 +170,7 @@ func (d *Dispatcher) prepare(ctx context.Context, name string, args any, opts []
 			return nil, &windlass.CallError{Code: windlass.CodeInvalidArguments, Message: fmt.Sprintf("arguments: %v", err)}
 		}
 	}
-	call.SpecHash = cmp.Or(o.specHash, info.Hash)
+	call.SpecHash = info.Hash // the pin, if any, is this
 	call.Deadline = d.deadline(ctx, *o, info.Spec)
 	if call.Deadline.Year() > 9999 {
 		return nil, &windlass.CallError{Code: windlass.CodeInvalidCall, Message: fmt.Sprintf(
@@ -222,7 +279,7 @@ func (d *Dispatcher) schema(spec windlass.Spec, hash string) (*windlass.Argument
 // goes to the approval service, so the calls stream does not hold it.
 func (d *Dispatcher) publish(ctx context.Context, p *prepared) (duplicate bool, err error) {
 	ctx, span := d.startSend(ctx, p)
-	defer func() { endSend(span, err) }()
+	defer func() { endSend(span, err); d.published(p, duplicate, err) }()
 	if p.ownID {
 		if rec, ok := d.recordOf(ctx, p.call.ID, false); ok {
 			return true, conflict(p, rec)
@@ -371,12 +428,9 @@ func (d *Dispatcher) Call(ctx context.Context, name string, args any, opts ...Ca
 		d.metrics.Refused(ctx, r)
 		return r, err
 	}
-	if d.metrics == nil {
-		return d.call(ctx, p)
-	}
-	done := d.metrics.Start(ctx, name)
+	d.count(ctx, p)
 	r, err := d.call(ctx, p)
-	done(r)
+	d.finish(p, r) // its timeout or cancellation, unless its result came first
 	return r, err
 }
 
@@ -392,6 +446,7 @@ func (d *Dispatcher) call(ctx context.Context, p *prepared) (windlass.ToolResult
 		// The same id is in flight on this instance: a retried Call. If it
 		// is the same call (tool and arguments), wait for its one result,
 		// as a retry on another instance does.
+		p.counted.duplicate()
 		if rec, ok := d.recordOf(waitCtx, p.call.ID, true); ok {
 			if err := conflict(p, rec); err != nil {
 				return refusal(name, err)
@@ -480,8 +535,11 @@ func refusal(name string, err error) (windlass.ToolResult, error) {
 func (d *Dispatcher) Submit(ctx context.Context, name string, args any, opts ...CallOption) (string, error) {
 	p, err := d.prepare(ctx, name, args, opts)
 	if err != nil {
+		r, _ := refusal(name, err)
+		d.metrics.Refused(ctx, r)
 		return "", err
 	}
+	d.count(ctx, p) // until its result reaches this instance, whoever reads it
 	if _, err := d.publish(ctx, p); err != nil {
 		return "", err
 	}

@@ -107,8 +107,9 @@ type Dispatcher struct {
 
 	originHeader []string // {cfg.ID}: every call's origin header value, shared
 
-	pending sync.Map // call id -> chan windlass.ToolResult (buffered 1)
-	schemas sync.Map // spec hash -> *windlass.ArgumentsSchema
+	pending  sync.Map // call id -> chan windlass.ToolResult (buffered 1)
+	counting sync.Map // call id -> *counted: calls published here, in flight in the metrics
+	schemas  sync.Map // spec hash -> *windlass.ArgumentsSchema
 
 	approvalSubjects sync.Map // tool name -> its approvals subject
 
@@ -222,6 +223,7 @@ func (d *Dispatcher) Close() error {
 	close(d.done)
 	<-d.sweeperDone
 	err := d.sub.Unsubscribe()
+	d.dropCounted()
 	d.unobserveRegistry()
 	d.view.Close()
 	return err
@@ -248,6 +250,7 @@ func (d *Dispatcher) onResult(m *nats.Msg) {
 
 // deliver hands r to the caller waiting for it on this instance, if any.
 func (d *Dispatcher) deliver(r windlass.ToolResult) {
+	d.countResult(r)
 	ch, ok := d.pending.LoadAndDelete(r.CallID)
 	if !ok {
 		d.unclaimed.Add(1)
@@ -261,7 +264,8 @@ func (d *Dispatcher) deliver(r windlass.ToolResult) {
 // connection was down reached the results stream but not this instance's
 // subscription. It looks again sweepAgainAfter later, for a result a
 // worker stored just before this instance's subscription was back but
-// after the first look.
+// after the first look. On every tick it also counts as timed out the
+// calls whose result is overdue (see expireCounted).
 func (d *Dispatcher) sweepAfterReconnects() {
 	defer close(d.sweeperDone)
 	t := time.NewTicker(250 * time.Millisecond)
@@ -274,6 +278,7 @@ func (d *Dispatcher) sweepAfterReconnects() {
 			return
 		case <-t.C:
 		}
+		d.expireCounted(time.Now())
 		if !d.cfg.Conn.IsConnected() {
 			continue
 		}
@@ -293,7 +298,8 @@ func (d *Dispatcher) sweepAfterReconnects() {
 // are looked up a second time.
 const sweepAgainAfter = 2 * time.Second
 
-// sweep fetches the stored result of every call waiting on this instance.
+// sweep fetches the stored result of every call waiting on this instance,
+// and of every call published here whose outcome the metrics await.
 // A look-up that fails (the server still recovering its streams after a
 // restart) is tried again, with backoff, for up to sweepTimeout.
 func (d *Dispatcher) sweep() {
@@ -322,11 +328,19 @@ func (d *Dispatcher) sweep() {
 		look(k.(string))
 		return ctx.Err() == nil
 	})
+	d.counting.Range(func(k, _ any) bool {
+		if _, waiting := d.pending.Load(k); !waiting {
+			look(k.(string))
+		}
+		return ctx.Err() == nil
+	})
 	for waits := (retry.Policy{Initial: 100 * time.Millisecond}).Waits(); len(again) > 0 && retry.Sleep(ctx, waits.Next()); {
 		ids := again
 		again = nil
 		for _, id := range ids {
-			if _, waiting := d.pending.Load(id); waiting {
+			_, waiting := d.pending.Load(id)
+			_, counting := d.counting.Load(id)
+			if waiting || counting {
 				look(id)
 			}
 		}

@@ -283,3 +283,45 @@ func (e *env) advertiseUnserved(spec windlass.Spec) {
 		return err == nil
 	})
 }
+
+// TestStalePinIsRefusedBeforeEnqueue: a call pinned (WithSpecHash) to a
+// spec the fleet no longer serves is refused spec_mismatch before it is
+// queued, carrying the tool's current definition in the caller's style;
+// a call pinned to the current spec runs.
+func TestStalePinIsRefusedBeforeEnqueue(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, greet())
+	catalog, err := e.d.Catalog(t.Context())
+	if err != nil || len(catalog) != 1 {
+		t.Fatalf("catalog %v, %v", catalog, err)
+	}
+	current := catalog[0].Hash
+	stale := windlass.MustFunc("greet", func(ctx context.Context, in struct{}) (string, error) { return "", nil },
+		windlass.WithDescription("The greet the model saw.")).Spec().Hash()
+	if stale == current {
+		t.Fatal("the old spec has the current hash")
+	}
+
+	r, err := e.d.Call(t.Context(), "greet", greetArgs{Name: "ada"}, dispatcher.WithSpecHash(stale), dispatcher.WithStyle(windlass.StyleAnthropic), dispatcher.WithCallID("stale-call"))
+	if err != nil || r.Code() != windlass.CodeSpecMismatch || !strings.Contains(r.Content, `"input_schema"`) || !strings.Contains(r.Content, current) {
+		t.Errorf("Call pinned to a stale spec = %+v, %v; want spec_mismatch with the anthropic definition and the current hash", r, err)
+	}
+	_, err = e.d.Submit(t.Context(), "greet", greetArgs{Name: "ada"}, dispatcher.WithSpecHash(stale), dispatcher.WithCallID("stale-submit"))
+	var sme *dispatcher.SpecMismatchError
+	var ce *windlass.CallError
+	if !errors.As(err, &sme) || !errors.As(err, &ce) || ce.Code != windlass.CodeSpecMismatch {
+		t.Fatalf("Submit pinned to a stale spec: %v; want a *SpecMismatchError, code spec_mismatch", err)
+	}
+	def, derr := sme.Definition()
+	if sme.Pinned != stale || sme.CurrentHash != current || sme.Style != windlass.DefaultStyle || derr != nil || def["type"] != "function" {
+		t.Errorf("refusal %+v, definition %v (%v); want the pin, the current hash and the openai definition", sme, def, derr)
+	}
+	for _, id := range []string{"stale-call", "stale-submit"} {
+		if st, err := e.d.Status(t.Context(), id); err != nil || st.State != dispatcher.StateUnknown {
+			t.Errorf("Status(%s) = %+v, %v; want unknown: nothing queued", id, st, err)
+		}
+	}
+	if r, err := e.d.Call(t.Context(), "greet", greetArgs{Name: "ada"}, dispatcher.WithSpecHash(current)); err != nil || r.Content != "hello ada" {
+		t.Errorf("Call pinned to the current spec = %+v, %v; want it run", r, err)
+	}
+}

@@ -25,4 +25,22 @@
 // plus Config.QueueAllowance (plus Config.ApprovalWait for a gated tool,
 // whose call first waits for a human; the approval service holds it at most
 // until that deadline and restarts the execution deadline at release).
+//
+// # Metrics
+//
+// Every call is counted once in windlass.dispatcher.calls (with its
+// duration and, meanwhile, in windlass.dispatcher.calls.in_flight),
+// whichever way it came — [Dispatcher.Call], or [Dispatcher.Submit] as the
+// HTTP API and the MCP server use — by the instance that published it,
+// with its outcome when it finishes. Every result of a call goes to the
+// instance that published it, so that instance counts the result when it
+// arrives, whoever reads it: a submitted call whose result another
+// instance's [Dispatcher.Wait] or [Dispatcher.Result] returns, or that
+// nobody ever reads, is still counted, once, where it was published. A
+// Call also finishes with the timeout or cancellation its caller saw; a
+// submitted call with no result a minute past its deadline counts as a
+// timeout (a late result then counts nothing). A call refused before
+// publishing counts with its code and no duration; a resubmit of an id
+// already accepted is not counted again. A call whose instance closes or
+// dies before its result arrives leaves the in-flight count uncounted.
 package dispatcher

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
@@ -13,6 +15,7 @@ import (
 
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/internal/layout"
+	"github.com/windlass-dev/windlass/internal/telemetry"
 	"github.com/windlass-dev/windlass/internal/testserver"
 	"github.com/windlass-dev/windlass/registry"
 )
@@ -20,6 +23,13 @@ import (
 // benchDispatcher is a dispatcher whose view has a tool "greet" with a
 // live (advertised) worker, on real NATS and Redis; no worker runs.
 func benchDispatcher(tb testing.TB, tp trace.TracerProvider) *Dispatcher {
+	tb.Helper()
+	return idleDispatcher(tb, Config{TracerProvider: tp})
+}
+
+// idleDispatcher is benchDispatcher with a Config of its own (Conn and
+// Registry are set).
+func idleDispatcher(tb testing.TB, cfg Config) *Dispatcher {
 	tb.Helper()
 	nats := testserver.StartNATS(tb)
 	reg, err := registry.New(registry.Config{Client: testserver.StartRedis(tb).Client(tb)})
@@ -36,7 +46,8 @@ func benchDispatcher(tb testing.TB, tp trace.TracerProvider) *Dispatcher {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { _ = lease.Withdraw(context.Background()) })
-	d, err := New(tb.Context(), Config{Conn: nats.Connect(tb), Registry: reg, TracerProvider: tp})
+	cfg.Conn, cfg.Registry = nats.Connect(tb), reg
+	d, err := New(tb.Context(), cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -122,6 +133,57 @@ func TestTracingOnInjectsTheProducerSpan(t *testing.T) {
 		if attrs[k] != v {
 			t.Errorf("attribute %s = %q, want %q", k, attrs[k], v)
 		}
+	}
+}
+
+// TestSubmittedCallWithoutResultCountsAsTimeout: a submitted call whose
+// result never comes (no worker runs here) is in flight until a grace past
+// its deadline, then counts as a timeout, once; one left at Close leaves
+// the in-flight count.
+func TestSubmittedCallWithoutResultCountsAsTimeout(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	d := idleDispatcher(t, Config{MeterProvider: mp})
+	points := func() (calls map[string]int64, inFlight int64) {
+		var rm metricdata.ResourceMetrics
+		if err := reader.Collect(t.Context(), &rm); err != nil {
+			t.Fatal(err)
+		}
+		calls = map[string]int64{}
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				data, ok := m.Data.(metricdata.Sum[int64])
+				for _, p := range data.DataPoints {
+					switch outcome, _ := p.Attributes.Value(telemetry.Outcome); {
+					case ok && m.Name == telemetry.MetricDispatcherCalls:
+						calls[outcome.AsString()] += p.Value
+					case ok && m.Name == telemetry.MetricDispatcherInFlight:
+						inFlight += p.Value
+					}
+				}
+			}
+		}
+		return calls, inFlight
+	}
+	if _, err := d.Submit(t.Context(), "greet", benchArgs, WithTimeout(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	d.expireCounted(time.Now().Add(time.Minute)) // at its deadline: not yet
+	if calls, inFlight := points(); len(calls) != 0 || inFlight != 1 {
+		t.Fatalf("before the grace: calls %v, in flight %d; want none and 1", calls, inFlight)
+	}
+	d.expireCounted(time.Now().Add(time.Minute + resultGrace + time.Second))
+	d.expireCounted(time.Now().Add(time.Hour)) // counted once
+	if calls, inFlight := points(); calls[string(windlass.CodeTimeout)] != 1 || len(calls) != 1 || inFlight != 0 {
+		t.Errorf("past the grace: calls %v, in flight %d; want one timeout and 0", calls, inFlight)
+	}
+	if _, err := d.Submit(t.Context(), "greet", benchArgs); err != nil {
+		t.Fatal(err)
+	}
+	_ = d.Close()
+	if calls, inFlight := points(); len(calls) != 1 || inFlight != 0 {
+		t.Errorf("after Close: calls %v, in flight %d; want the one timeout and 0", calls, inFlight)
 	}
 }
 

@@ -237,6 +237,85 @@ func TestTraceAcrossProcesses(t *testing.T) {
 	}
 }
 
+// TestMetricsCountSubmittedCalls: calls made through Submit (the HTTP
+// API's and the MCP server's way) are counted as Call's are, once, by the
+// instance that published them, when their result arrives — read here by
+// another instance's Wait; resubmits of an accepted id, on either
+// instance, are not counted again; a refused submit counts with its code.
+func TestMetricsCountSubmittedCalls(t *testing.T) {
+	f := newFleet(t)
+	readerA, readerB := sdkmetric.NewManualReader(), sdkmetric.NewManualReader()
+	mpA, mpB := sdkmetric.NewMeterProvider(sdkmetric.WithReader(readerA)), sdkmetric.NewMeterProvider(sdkmetric.WithReader(readerB))
+	t.Cleanup(func() { _ = mpA.Shutdown(context.Background()); _ = mpB.Shutdown(context.Background()) })
+	ok := windlass.MustFunc("ok", func(ctx context.Context, _ struct{}) (string, error) { return "fine", nil })
+	boom := windlass.MustFunc("boom", func(ctx context.Context, _ struct{}) (string, error) { return "", errors.New("boom") })
+	f.StartWorker(worker.Config{}, ok, boom)
+	a := f.Dispatcher(dispatcher.Config{MeterProvider: mpA})
+	b := f.Dispatcher(dispatcher.Config{MeterProvider: mpB})
+	fleettest.WaitCatalog(t, a, "ok", "boom")
+	fleettest.WaitCatalog(t, b, "ok", "boom")
+
+	var ids []string
+	for tool, n := range map[string]int{"ok": 2, "boom": 1} {
+		for i := range n {
+			id, err := a.Submit(t.Context(), tool, nil, dispatcher.WithCallID(fmt.Sprintf("%s-%d", tool, i)))
+			if err != nil {
+				t.Fatalf("submit %s: %v", tool, err)
+			}
+			ids = append(ids, id)
+		}
+	}
+	for _, d := range []*dispatcher.Dispatcher{a, b} { // the same call again: not a new one
+		if _, err := d.Submit(t.Context(), "ok", nil, dispatcher.WithCallID("ok-0")); err != nil {
+			t.Fatalf("resubmit ok-0: %v", err)
+		}
+	}
+	var ce *windlass.CallError
+	if _, err := a.Submit(t.Context(), "nope", nil); !errors.As(err, &ce) || ce.Code != windlass.CodeUnknownTool {
+		t.Fatalf("submit nope: %v, want unknown_tool", err)
+	}
+	for _, id := range ids {
+		if _, err := b.Wait(t.Context(), id); err != nil {
+			t.Fatalf("wait %s on the other instance: %v", id, err)
+		}
+	}
+
+	collect := func(r *sdkmetric.ManualReader) metricdata.ResourceMetrics {
+		var rm metricdata.ResourceMetrics
+		if err := r.Collect(t.Context(), &rm); err != nil {
+			t.Fatal(err)
+		}
+		return rm
+	}
+	fleettest.WaitFor(t, 10*time.Second, "the submitting instance counted every submitted call", func() bool {
+		got := metricPoints(t, collect(readerA), telemetry.MetricDispatcherCalls)
+		return got["outcome=ok,tool=ok"]+got["outcome=tool_error,tool=boom"] >= 3
+	})
+	rmA, rmB := collect(readerA), collect(readerB)
+	want := map[string]map[string]float64{
+		telemetry.MetricDispatcherCalls:    {"outcome=ok,tool=ok": 2, "outcome=tool_error,tool=boom": 1, "outcome=unknown_tool,tool=nope": 1},
+		telemetry.MetricDispatcherDuration: {"outcome=ok,tool=ok": 2, "outcome=tool_error,tool=boom": 1},
+		telemetry.MetricDispatcherInFlight: {"tool=ok": 0, "tool=boom": 0},
+	}
+	for name, points := range want {
+		got := metricPoints(t, rmA, name)
+		if len(got) != len(points) {
+			t.Errorf("%s on the submitting instance = %v, want %v", name, got, points)
+		}
+		for k, v := range points {
+			if got[k] != v {
+				t.Errorf("%s{%s} on the submitting instance = %v, want %v (all: %v)", name, k, got[k], v, got)
+			}
+		}
+	}
+	if got := metricPoints(t, rmB, telemetry.MetricDispatcherCalls); len(got) != 0 {
+		t.Errorf("%s on the instance that only read results and resubmitted = %v, want none", telemetry.MetricDispatcherCalls, got)
+	}
+	if got := metricPoints(t, rmB, telemetry.MetricDispatcherInFlight); got["tool=ok"] != 0 {
+		t.Errorf("%s on the instance that resubmitted = %v, want 0", telemetry.MetricDispatcherInFlight, got)
+	}
+}
+
 // metricPoints reads every data point of the named metric as attributes
 // (tool=…,outcome=…) → value: the sum of a counter, the count of a
 // histogram, the value of a gauge.

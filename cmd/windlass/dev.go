@@ -24,9 +24,10 @@ import (
 )
 
 // devIgnores are the flags dev shares with other commands and does not
-// use, with why: given on the command line, they are refused rather than
-// silently ignored. (Their environment variables are not: a shell set up
-// for the client commands must still be able to start dev.)
+// use, with why: its --help does not list them, and given on the command
+// line they are refused rather than silently ignored. (Their environment
+// variables are not: a shell set up for the client commands must still be
+// able to start dev.)
 var devIgnores = map[string]string{
 	"nats-url":    "dev runs its own NATS server (choose its port with --nats-port)",
 	"release-key": "dev signs releases with a key of its own, made at start",
@@ -55,6 +56,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	apiListen := stringFlag(fs, "api-listen", "127.0.0.1:0", "address of the dispatcher's HTTP API, open without API keys (port 0: a free port)")
 	a := approvalFlags(fs)
 	metricsListen := metricsFlag(fs)
+	fs.Usage = usageFunc(fs, "dev [flags]", devIgnores)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err

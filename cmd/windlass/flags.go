@@ -29,11 +29,25 @@ import (
 func newFlags(name, synopsis string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: windlass %s\n\nFlags (each falls back to the environment variable shown):\n", synopsis)
-		fs.PrintDefaults()
-	}
+	fs.Usage = usageFunc(fs, synopsis, nil)
 	return fs
+}
+
+// usageFunc prints the synopsis and the flags of fs but those of hidden: a
+// flag a command shares with others and refuses is not offered.
+func usageFunc(fs *flag.FlagSet, synopsis string, hidden map[string]string) func() {
+	return func() {
+		fmt.Fprintf(fs.Output(), "Usage: windlass %s\n\nFlags (each falls back to the environment variable shown):\n", synopsis)
+		shown := flag.NewFlagSet(fs.Name(), flag.ContinueOnError)
+		shown.SetOutput(fs.Output())
+		fs.VisitAll(func(f *flag.Flag) {
+			if _, ok := hidden[f.Name]; !ok {
+				shown.Var(f.Value, f.Name, f.Usage)
+				shown.Lookup(f.Name).DefValue = f.DefValue // the default, not a value given before --help
+			}
+		})
+		shown.PrintDefaults()
+	}
 }
 
 // parseArgs parses flags wherever they stand among the positional
@@ -275,11 +289,13 @@ func (c *common) registry(rc redis.UniversalClient, log *slog.Logger) (*registry
 // session is what every command that talks to the fleet opens: a logger,
 // the NATS and Redis connections and the registry.
 type session struct {
-	dispatcherID string
-	log          *slog.Logger
-	nc           *nats.Conn
-	rc           *redis.Client
-	reg          *registry.Registry
+	name          string // the command's
+	dispatcherID  string
+	log           *slog.Logger
+	nc            *nats.Conn
+	rc            *redis.Client
+	reg           *registry.Registry
+	stopTelemetry func() // nil until dispatcher started it
 }
 
 // open builds the logger, connects and makes the registry; Close undoes it.
@@ -298,17 +314,32 @@ func (c *common) open(name string, stderr io.Writer) (*session, error) {
 		_ = rc.Close()
 		return nil, err
 	}
-	return &session{dispatcherID: *c.dispatcherID, log: log, nc: nc, rc: rc, reg: reg}, nil
+	return &session{name: name, dispatcherID: *c.dispatcherID, log: log, nc: nc, rc: rc, reg: reg}, nil
 }
 
-// Close closes the connections.
+// Close closes the connections and flushes the telemetry the session
+// started; close its dispatcher first, so that its spans are ended.
 func (s *session) Close() {
 	s.nc.Close()
 	_ = s.rc.Close()
+	if s.stopTelemetry != nil {
+		s.stopTelemetry()
+	}
 }
 
-// dispatcher starts a dispatcher on the session.
+// dispatcher starts a dispatcher on the session, for a client command
+// (call, watch, status, cancel, dead, tools): it first installs the
+// OpenTelemetry export the OTEL_* variables ask for, as the services do,
+// so that the call's producer span, sent from here, is the parent of the
+// worker's spans.
 func (s *session) dispatcher(ctx context.Context) (*dispatcher.Dispatcher, error) {
+	if s.stopTelemetry == nil {
+		stop, err := clientTelemetry(ctx, "windlass-"+s.name, s.log)
+		if err != nil {
+			return nil, err
+		}
+		s.stopTelemetry = stop
+	}
 	return dispatcher.New(ctx, dispatcher.Config{Conn: s.nc, Registry: s.reg, ID: s.dispatcherID, Logger: s.log})
 }
 

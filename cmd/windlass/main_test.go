@@ -235,3 +235,24 @@ func TestDevRefusesFlagsItIgnores(t *testing.T) {
 		}
 	}
 }
+
+// TestDevHelpOffersNoIgnoredFlag: dev --help lists its own flags and
+// those it shares and uses, but not --nats-url and --release-key, which it
+// refuses (a flag a command ignores is not offered).
+func TestDevHelpOffersNoIgnoredFlag(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if err := run(t.Context(), []string{"dev", "--nats-port", "4333", "--help"}, &stdout, &stderr); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("dev --help = %v, want flag.ErrHelp", err)
+	}
+	help := stderr.String()
+	for name := range devIgnores {
+		if strings.Contains(help, "-"+name+" ") || strings.Contains(help, "-"+name+"\n") {
+			t.Errorf("dev --help offers --%s, which dev refuses:\n%s", name, help)
+		}
+	}
+	for _, want := range []string{"-nats-port", "(default -1)", "-redis-url", "-approval-listen", "Usage: windlass dev"} {
+		if !strings.Contains(help, want) {
+			t.Errorf("dev --help lacks %q:\n%s", want, help)
+		}
+	}
+}

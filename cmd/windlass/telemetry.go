@@ -51,6 +51,24 @@ func startTelemetry(ctx context.Context, service, metricsAddr string, log *slog.
 	return func() { stopServer(); flush() }, nil
 }
 
+// clientTelemetry installs OpenTelemetry export as the OTEL_* environment
+// asks, for a client command: like startTelemetry without a /metrics
+// endpoint, and saying so only at debug level. stop flushes the exporters.
+func clientTelemetry(ctx context.Context, service string, log *slog.Logger) (stop func(), err error) {
+	tel, err := export.Setup(ctx, export.Config{ServiceName: service})
+	if err != nil {
+		return nil, fmt.Errorf("OpenTelemetry: %w", err)
+	}
+	log.Debug("telemetry: exporting", "traces", tel.Traces, "metrics", tel.Metrics)
+	return func() {
+		sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+		defer cancel()
+		if err := tel.Shutdown(sctx); err != nil {
+			log.Warn("telemetry: flushing the exporters failed", "error", err)
+		}
+	}, nil
+}
+
 // serveHTTP serves h on addr until stop is called; what names the server
 // in its logs.
 func serveHTTP(addr, what string, h http.Handler, log *slog.Logger) (stop func(), err error) {

@@ -10,6 +10,7 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -45,6 +46,14 @@ type CallRequest struct {
 	// MaxWait, nor the call's timeout_ms), at most [MaxDurationMS].
 	// Default: MaxWait.
 	WaitMS int64 `json:"wait_ms,omitempty"`
+	// SpecHash pins the call to the tool's spec the model saw (from
+	// GET /v1/tools, spec_hashes): a call pinned to a spec the fleet no
+	// longer serves is refused 409 spec_mismatch, not queued, with the
+	// tool's current definition. Default: no pin.
+	SpecHash string `json:"spec_hash,omitempty"`
+	// Style is the provider format the model saw the tools in, for the
+	// definition a spec_mismatch answer carries. Default: windlass.DefaultStyle.
+	Style windlass.Style `json:"style,omitempty"`
 }
 
 // Call is a call as the API reports it: where it stands, and its result
@@ -81,6 +90,9 @@ func (h *Handler) createCall(w http.ResponseWriter, r *http.Request) {
 	}
 	if len(req.Metadata) > 0 {
 		opts = append(opts, dispatcher.WithMetadata(req.Metadata))
+	}
+	if req.SpecHash != "" {
+		opts = append(opts, dispatcher.WithSpecHash(req.SpecHash), dispatcher.WithStyle(req.Style))
 	}
 	args := req.Arguments
 	if len(args) == 0 {
@@ -137,6 +149,14 @@ func (h *Handler) answerPending(w http.ResponseWriter, r *http.Request, id strin
 // the result the call would have had.
 func (h *Handler) refused(w http.ResponseWriter, r *http.Request, tool string, err error) {
 	var ce *windlass.CallError
+	var sme *dispatcher.SpecMismatchError
+	if errors.As(err, &sme) && errors.As(err, &ce) {
+		// The tool as it is now, to show the model before it calls again.
+		body := ErrorBody{Error: *ce, SpecHash: sme.CurrentHash}
+		body.Tool, _ = sme.Definition() // none for a tool the style cannot take; the message says so
+		writeJSON(w, HTTPStatus(ce.Code), body)
+		return
+	}
 	if errors.As(err, &ce) {
 		writeError(w, ce.Code, ce.Message)
 		return
@@ -181,6 +201,8 @@ func decodeCallRequest(w http.ResponseWriter, r *http.Request) (CallRequest, boo
 		problem = `"wait_ms" makes no sense with "async": true`
 	case req.ID != "" && windlass.ValidateCallID(req.ID) != nil:
 		problem = `"id": ` + windlass.ValidateCallID(req.ID).Error()
+	case req.Style != "" && !slices.Contains(windlass.Styles, req.Style):
+		problem = fmt.Sprintf(`"style" %q is not known: use %s`, req.Style, windlass.StyleChoices())
 	}
 	if problem != "" {
 		writeError(w, windlass.CodeInvalidCall, problem)

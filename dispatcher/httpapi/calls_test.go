@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"strings"
@@ -186,4 +187,47 @@ func TestCalls(t *testing.T) {
 			t.Errorf("events of an unknown call = %s; want 404 unknown_call", r)
 		}
 	})
+}
+
+// TestSpecHashPinsCalls: GET /v1/tools lists each tool's spec hash, POST
+// /v1/calls takes one as spec_hash, and a stale pin is refused 409
+// spec_mismatch before it is queued, with the tool's current definition in
+// the request's style and its hash.
+func TestSpecHashPinsCalls(t *testing.T) {
+	f := newFleet(t, httpapi.Config{})
+	var list httpapi.ToolList
+	f.do("GET", "/v1/tools?style=anthropic", "").decode(t, &list)
+	catalog, err := f.d.Catalog(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.SpecHashes) != len(catalog) || len(list.Tools) != len(catalog) {
+		t.Fatalf("spec_hashes %v for %d tools listed, want one per tool of the catalog (%d)", list.SpecHashes, len(list.Tools), len(catalog))
+	}
+	for _, e := range catalog {
+		if list.SpecHashes[e.Spec.Name] != e.Hash {
+			t.Errorf("spec_hashes[%s] = %q, want %q", e.Spec.Name, list.SpecHashes[e.Spec.Name], e.Hash)
+		}
+	}
+	current := list.SpecHashes["add"]
+
+	c := f.call(f.do("POST", "/v1/calls", `{"tool":"add","arguments":{"a":1,"b":2},"spec_hash":"`+current+`"}`), http.StatusOK)
+	if c.Result == nil || c.Result.Content != "3" {
+		t.Errorf("call pinned to the current spec = %+v, want 3", c.Result)
+	}
+
+	stale := windlass.MustFunc("add", func(ctx context.Context, in struct{ A int }) (int, error) { return in.A, nil }).Spec().Hash()
+	r := f.do("POST", "/v1/calls", `{"tool":"add","id":"stale-pin","arguments":{"a":1,"b":2},"spec_hash":"`+stale+`","style":"anthropic"}`)
+	var body httpapi.ErrorBody
+	r.decode(t, &body)
+	if r.status != http.StatusConflict || body.Error.Code != windlass.CodeSpecMismatch || body.SpecHash != current ||
+		body.Tool["name"] != "add" || body.Tool["input_schema"] == nil || !strings.Contains(body.Error.Message, current) {
+		t.Errorf("stale pin = %s; want 409 spec_mismatch with the anthropic definition of add and hash %s", r, current)
+	}
+	if got := f.do("GET", "/v1/calls/stale-pin", ""); got.status != http.StatusNotFound || got.errorCode() != httpapi.CodeUnknownCall {
+		t.Errorf("GET the refused call = %s, want 404 unknown_call: it was not queued", got)
+	}
+	if r := f.do("POST", "/v1/calls", `{"tool":"add","arguments":{},"spec_hash":"`+stale+`","style":"claude"}`); r.status != http.StatusBadRequest || r.errorCode() != windlass.CodeInvalidCall {
+		t.Errorf("an unknown style = %s, want 400 invalid_call", r)
+	}
 }

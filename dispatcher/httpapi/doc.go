@@ -13,14 +13,17 @@
 //	GET    /healthz, /readyz                        probes: the process; NATS and the registry
 //
 // POST /v1/calls takes {"tool", "arguments", "id"?, "timeout_ms"?,
-// "metadata"?, "async"?, "wait_ms"?}. It waits for the result at most the
+// "metadata"?, "async"?, "wait_ms"?, "spec_hash"?, "style"?}. It waits for the result at most the
 // smallest of wait_ms, [Config.MaxWait] (60 s) and timeout_ms, and answers
 // 200 with the finished call; past that bound, or at once with "async":
 // true, it answers 202 with the call's URL in Location, to poll or follow.
 // timeout_ms and wait_ms are at most [MaxDurationMS] (about 292 years, the
 // longest time.Duration); more is refused 400, never taken as another
 // deadline. A caller's own id makes the submit idempotent: the same id is the same
-// call, run once.
+// call, run once. A spec_hash (from GET /v1/tools, "spec_hashes") pins
+// the call to the tool's spec the model saw: a stale one is refused 409
+// spec_mismatch before the call is queued, with the tool's current
+// definition in the request's style ("tool") and its hash ("spec_hash").
 //
 // A tool's failure is a result, not an HTTP error: 200, with "is_error"
 // and the result's code. A call refused before it is queued, and a request
@@ -28,9 +31,10 @@
 // the fleet's results where one applies, mapped to HTTP statuses in one
 // table ([HTTPStatus]): invalid_call (bad JSON, unknown field, bad id) and
 // invalid_request (a query parameter) 400, unauthorized 401, unknown_tool
-// and unknown_call 404, call_finished 409 (with the result), payload_too_large
-// 413, unsupported_media_type 415, invalid_arguments 422, too_many_streams
-// 429, no_worker and unavailable 503. The codes worth simply trying again
+// and unknown_call 404, call_finished (with the result), id_conflict and
+// spec_mismatch 409, payload_too_large 413, unsupported_media_type 415,
+// invalid_arguments 422, too_many_streams 429, no_worker and unavailable
+// 503. The codes worth simply trying again
 // carry a Retry-After: unavailable (2 s) and too_many_streams (1 s).
 //
 // A call is unknown_call only when the fleet knows it does not exist: its

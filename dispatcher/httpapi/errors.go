@@ -10,7 +10,8 @@ import (
 
 // Error codes of the API's own failures. A refused call uses the result
 // codes of the protocol (windlass.Code*: invalid_arguments, unknown_tool,
-// no_worker, payload_too_large, invalid_call, unavailable); these name what
+// no_worker, payload_too_large, invalid_call, spec_mismatch, unavailable);
+// these name what
 // only an HTTP request can get wrong.
 const (
 	// CodeUnauthorized: no API key, or not a known one.
@@ -49,6 +50,7 @@ var statusOf = map[windlass.ErrorCode]int{
 	CodeMethodNotAllowed:          http.StatusMethodNotAllowed,
 	CodeCallFinished:              http.StatusConflict,
 	windlass.CodeIDConflict:       http.StatusConflict,
+	windlass.CodeSpecMismatch:     http.StatusConflict,
 	CodeTooManyStreams:            http.StatusTooManyRequests,
 	windlass.CodePayloadTooLarge:  http.StatusRequestEntityTooLarge,
 	CodeUnsupportedMediaType:      http.StatusUnsupportedMediaType,
@@ -74,6 +76,12 @@ type ErrorBody struct {
 	Error windlass.CallError `json:"error"`
 	// Result is the finished call's result (call_finished only).
 	Result *windlass.ToolResult `json:"result,omitempty"`
+	// Tool is the tool's current definition in the request's style
+	// (spec_mismatch only): show it to the model, and call again with
+	// SpecHash.
+	Tool map[string]any `json:"tool,omitempty"`
+	// SpecHash is the tool's current spec hash (spec_mismatch only).
+	SpecHash string `json:"spec_hash,omitempty"`
 }
 
 // retryAfter is the Retry-After (seconds) of the codes a client should

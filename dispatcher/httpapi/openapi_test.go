@@ -127,8 +127,9 @@ func TestOpenAPIDocument(t *testing.T) {
 	}
 }
 
-// TestOpenAPIStylesAreWindlassStyles holds the document's two style enums
-// (the query parameter of GET /v1/tools and ToolList.style) and the
+// TestOpenAPIStylesAreWindlassStyles holds the document's style enums
+// (the query parameter of GET /v1/tools, ToolList.style and
+// CallRequest.style) and the
 // parameter's default to windlass.Styles and windlass.DefaultStyle: the
 // document is a static file, so a new style must be added to it by hand.
 func TestOpenAPIStylesAreWindlassStyles(t *testing.T) {
@@ -153,6 +154,7 @@ func TestOpenAPIStylesAreWindlassStyles(t *testing.T) {
 	enums := map[string]any{
 		"GET /v1/tools style parameter": resolve(param, "#/schema/enum"),
 		"ToolList.style":                resolve(whole, "#/components/schemas/ToolList/properties/style/enum"),
+		"CallRequest.style":             resolve(whole, "#/components/schemas/CallRequest/properties/style/enum"),
 	}
 	for where, got := range enums {
 		if !reflect.DeepEqual(got, want) {
@@ -189,6 +191,7 @@ func TestOpenAPIDescribesResponses(t *testing.T) {
 	check(done, "Call")
 	check(f.do("POST", "/v1/calls", `{"tool":"slow","arguments":{"ms":1},"async":true}`), "Call")
 	check(f.do("POST", "/v1/calls", `{"tool":"add","extra":1}`), "ErrorBody")
+	check(f.do("POST", "/v1/calls", `{"tool":"add","arguments":{"a":1,"b":2},"spec_hash":"0123456789abcdef","style":"gemini"}`), "ErrorBody")
 	var call httpapi.Call
 	done.decode(t, &call)
 	check(f.do("DELETE", "/v1/calls/"+call.ID, ""), "ErrorBody")

@@ -14,6 +14,10 @@ type ToolList struct {
 	// Tools are the fleet's live tools in that format, sorted by name:
 	// the list to hand the model.
 	Tools []map[string]any `json:"tools"`
+	// SpecHashes are the listed tools' spec hashes by name: pass the
+	// model's as spec_hash on POST /v1/calls to pin the call to the
+	// schema the model saw.
+	SpecHashes map[string]string `json:"spec_hashes"`
 	// Skipped says why a live tool is missing from Tools (a tool the
 	// gemini format cannot take).
 	Skipped []string `json:"skipped,omitempty"`
@@ -27,20 +31,21 @@ func (h *Handler) listTools(w http.ResponseWriter, r *http.Request) {
 		writeError(w, CodeInvalidRequest, fmt.Sprintf("style %q is not known: use %s", r.URL.Query().Get("style"), windlass.StyleChoices()))
 		return
 	}
-	tools, err := h.cfg.Dispatcher.Tools(r.Context(), style)
-	list := ToolList{Style: style, Tools: tools}
-	if list.Tools == nil {
-		list.Tools = []map[string]any{}
-	}
+	// One read of the catalog: each definition beside its own hash.
+	entries, err := h.cfg.Dispatcher.Catalog(r.Context())
 	if err != nil {
-		perTool, ok := err.(interface{ Unwrap() []error }) // errors.Join of the tools left out
-		if !ok {
-			writeError(w, windlass.CodeUnavailable, err.Error())
-			return
+		writeError(w, windlass.CodeUnavailable, err.Error())
+		return
+	}
+	list := ToolList{Style: style, Tools: make([]map[string]any, 0, len(entries)), SpecHashes: make(map[string]string, len(entries))}
+	for _, e := range entries {
+		def, err := e.Spec.Schema(style)
+		if err != nil {
+			list.Skipped = append(list.Skipped, err.Error())
+			continue
 		}
-		for _, e := range perTool.Unwrap() {
-			list.Skipped = append(list.Skipped, e.Error())
-		}
+		list.Tools = append(list.Tools, def)
+		list.SpecHashes[e.Spec.Name] = e.Hash
 	}
 	writeJSON(w, http.StatusOK, list)
 }

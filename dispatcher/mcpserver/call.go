@@ -18,7 +18,8 @@ import (
 	"github.com/windlass-dev/windlass/dispatcher"
 )
 
-// Keys of _meta in tools/call requests, results and notifications.
+// Keys of _meta in tools/list entries, tools/call requests, results and
+// notifications.
 const (
 	// MetaCallID is the fleet's call id of the call, for windlass status,
 	// watch or the approval dashboard. The server sends it in the result's
@@ -37,6 +38,12 @@ const (
 	// MetaErrorCode is the result's error code (invalid_arguments,
 	// timeout, rejected, …) when isError is set.
 	MetaErrorCode = "dev.windlass/error_code"
+	// MetaSpecHash, in a listed tool's _meta, is the hash of the tool's
+	// spec the listing shows. The server pins each call to the spec it
+	// last listed: a call of a tool changed since is refused spec_mismatch
+	// (the list changes, notifications/tools/list_changed, and the
+	// client lists the tools again).
+	MetaSpecHash = "dev.windlass/spec_hash"
 )
 
 // callTarget is the tool a tools/call request runs, as last advertised.

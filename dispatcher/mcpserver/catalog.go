@@ -84,6 +84,7 @@ func (h *Handler) addTool(e dispatcher.ToolEntry) (err error) {
 		Description: spec.Description,
 		InputSchema: spec.Parameters,
 		Annotations: Annotations(spec),
+		Meta:        mcp.Meta{MetaSpecHash: e.Hash},
 	}
 	hash, gated, timeout := e.Hash, spec.RequiresApproval, spec.Timeout
 	h.server.AddTool(tool, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {

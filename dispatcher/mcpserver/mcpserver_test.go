@@ -13,6 +13,7 @@ import (
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/dispatcher"
 	"github.com/windlass-dev/windlass/dispatcher/mcpserver"
+	"github.com/windlass-dev/windlass/internal/fleettest"
 	"github.com/windlass-dev/windlass/worker"
 )
 
@@ -53,6 +54,14 @@ func TestListAndCall(t *testing.T) {
 	tools := listTools(t, cs)
 	if len(tools) != 3 || tools["add"] == nil || tools["add"].Description != "Add two numbers." {
 		t.Fatalf("tools = %v", tools)
+	}
+	d := f.Dispatcher(dispatcher.Config{})
+	fleettest.WaitCatalog(t, d, "add", "weather", "fail")
+	catalog, _ := d.Catalog(t.Context())
+	for _, e := range catalog { // each tool's spec hash in its _meta
+		if got := tools[e.Spec.Name].Meta[mcpserver.MetaSpecHash]; got != e.Hash {
+			t.Errorf("%s: _meta[%q] = %v, want %q", e.Spec.Name, mcpserver.MetaSpecHash, got, e.Hash)
+		}
 	}
 	schema, _ := json.Marshal(tools["add"].InputSchema)
 	if !strings.Contains(string(schema), `"a":{"type":"number"}`) || !strings.Contains(string(schema), `"required":["a","b"]`) {

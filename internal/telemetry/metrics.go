@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -67,29 +68,57 @@ func NewDispatcherMetrics(mp metric.MeterProvider) *DispatcherMetrics {
 	return &DispatcherMetrics{
 		meter: m,
 		calls: must(m.Int64Counter(MetricDispatcherCalls, metric.WithUnit("{call}"),
-			metric.WithDescription("Calls made through the dispatcher, by tool and outcome (ok or the error code)."))),
+			metric.WithDescription("Calls made through the dispatcher (Call or Submit), counted once by the instance that published them when they finish, by tool and outcome (ok or the error code)."))),
 		duration: must(m.Float64Histogram(MetricDispatcherDuration, metric.WithUnit("s"), secondsBuckets,
-			metric.WithDescription("Time from a call's submission to its result, as the caller waited for it."))),
+			metric.WithDescription("Time from a call's submission to its outcome (its result reaching this dispatcher, or the timeout or cancellation its caller saw)."))),
 		inFlight: must(m.Int64UpDownCounter(MetricDispatcherInFlight, metric.WithUnit("{call}"),
-			metric.WithDescription("Calls waiting for their result on this dispatcher."))),
+			metric.WithDescription("Calls published by this dispatcher and not finished yet."))),
 	}
 }
 
-// Start counts a call in flight; the returned func counts it done with its
-// result. Nil-safe.
-func (m *DispatcherMetrics) Start(ctx context.Context, tool string) (done func(r windlass.ToolResult)) {
+// Start counts a call in flight until its [CallInFlight.Done] or
+// [CallInFlight.Drop], whichever comes first. Nil-safe: with metrics off it returns nil, whose
+// methods do nothing.
+func (m *DispatcherMetrics) Start(ctx context.Context, tool string) *CallInFlight {
 	if m == nil {
 		return nil
 	}
-	start := time.Now()
-	toolAttr := metric.WithAttributes(Tool.String(tool))
-	m.inFlight.Add(ctx, 1, toolAttr)
-	return func(r windlass.ToolResult) {
-		m.inFlight.Add(ctx, -1, toolAttr)
-		attrs := metric.WithAttributeSet(attribute.NewSet(Tool.String(tool), Outcome.String(OutcomeOf(r))))
-		m.calls.Add(ctx, 1, attrs)
-		m.duration.Record(ctx, time.Since(start).Seconds(), attrs)
+	c := &CallInFlight{m: m, ctx: context.WithoutCancel(ctx), tool: tool, start: time.Now()}
+	m.inFlight.Add(c.ctx, 1, metric.WithAttributes(Tool.String(tool)))
+	return c
+}
+
+// CallInFlight is one call counted in flight by [DispatcherMetrics.Start].
+// Its methods are safe for concurrent use; the first of them takes the call
+// out of flight.
+type CallInFlight struct {
+	m     *DispatcherMetrics
+	ctx   context.Context // the caller's, for exemplars; never canceled
+	tool  string
+	start time.Time
+	out   atomic.Bool // out of flight already
+}
+
+// Done counts the call finished with its result: out of flight (unless
+// dropped before), into the calls counter and the duration histogram by
+// outcome. Call it at most once. Nil-safe.
+func (c *CallInFlight) Done(r windlass.ToolResult) {
+	if c == nil {
+		return
 	}
+	c.Drop()
+	attrs := metric.WithAttributeSet(attribute.NewSet(Tool.String(c.tool), Outcome.String(OutcomeOf(r))))
+	c.m.calls.Add(c.ctx, 1, attrs)
+	c.m.duration.Record(c.ctx, time.Since(c.start).Seconds(), attrs)
+}
+
+// Drop takes the call out of flight without counting it (a resubmit of a
+// call counted elsewhere); a later Done still counts it. Nil-safe.
+func (c *CallInFlight) Drop() {
+	if c == nil || c.out.Swap(true) {
+		return
+	}
+	c.m.inFlight.Add(c.ctx, -1, metric.WithAttributes(Tool.String(c.tool)))
 }
 
 // Refused counts a call refused before it was published. Nil-safe.

@@ -23,11 +23,13 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp"
@@ -167,7 +169,7 @@ func (t *Telemetry) installMetrics(ctx context.Context, otlp, prom bool, res *re
 			return fmt.Errorf("prometheus exporter: %w", err)
 		}
 		readers = append(readers, sdkmetric.WithReader(exp))
-		t.Handler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+		t.Handler = promhttp.HandlerFor(withoutEmptyLabels(reg), promhttp.HandlerOpts{})
 	}
 	if len(readers) == 0 {
 		return nil
@@ -177,6 +179,23 @@ func (t *Telemetry) installMetrics(ctx context.Context, otlp, prom bool, res *re
 	t.Metrics = true
 	t.shutdown = append(t.shutdown, mp.Shutdown)
 	return nil
+}
+
+// withoutEmptyLabels is g with every label whose value is empty left out:
+// the exporter labels every series with its scope's version and schema
+// URL, which are empty for the fleet's meter (otel_scope_version="",
+// otel_scope_schema_url=""), and to Prometheus an empty label is no label.
+// Its options only drop all the scope's labels, its name too.
+func withoutEmptyLabels(g prometheus.Gatherer) prometheus.Gatherer {
+	return prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
+		families, err := g.Gather()
+		for _, f := range families {
+			for _, m := range f.GetMetric() {
+				m.Label = slices.DeleteFunc(m.Label, func(l *dto.LabelPair) bool { return l.GetValue() == "" })
+			}
+		}
+		return families, err
+	})
 }
 
 // exporterKind reads OTEL_<SIGNAL>_EXPORTER: "otlp", "console" or ""

@@ -5,11 +5,13 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"go.opentelemetry.io/otel"
@@ -127,6 +129,22 @@ func TestOTLPAndPrometheus(t *testing.T) {
 		if _, ok := families[name]; !ok {
 			t.Errorf("no %s in /metrics", name)
 		}
+	}
+	// No series carries an empty label (the exporter's otel_scope_version=""
+	// and otel_scope_schema_url=""); the scope's name stays.
+	for name, f := range families {
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetValue() == "" {
+					t.Errorf("%s carries the empty label %s=\"\"", name, l.GetName())
+				}
+			}
+		}
+	}
+	if l := calls.GetMetric()[0].GetLabel(); !slices.ContainsFunc(l, func(l *dto.LabelPair) bool {
+		return l.GetName() == "otel_scope_name" && l.GetValue() == telemetry.ScopeName
+	}) {
+		t.Errorf("windlass_worker_calls_total labels %v, want otel_scope_name=%q", l, telemetry.ScopeName)
 	}
 
 	if err := tel.Shutdown(context.Background()); err != nil {
