@@ -1,0 +1,108 @@
+package payload_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
+
+	"github.com/windlass-dev/windlass"
+	"github.com/windlass-dev/windlass/internal/layout"
+	"github.com/windlass-dev/windlass/internal/payload"
+	"github.com/windlass-dev/windlass/internal/testserver"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// newStore is a store over a payloads bucket on a server of the test's own.
+func newStore(t *testing.T) (*payload.Store, jetstream.ObjectStore) {
+	t.Helper()
+	nc := testserver.StartNATS(t).Connect(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs, err := layout.EnsurePayloads(t.Context(), js, layout.StreamOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return payload.New(obs, nc.MaxPayload()), obs
+}
+
+// TestGetUsesOnlyWhatTheReferenceSays: a payload comes back as it was
+// put, under a name of its own each time; an object is refused, unread,
+// when its reference is over the reader's limit, names another bucket,
+// says another size or digest, or names nothing.
+func TestGetUsesOnlyWhatTheReferenceSays(t *testing.T) {
+	t.Parallel()
+	s, obs := newStore(t)
+	data := []byte(strings.Repeat("payload ", 100_000))
+	ref, err := s.Put(t.Context(), layout.PayloadArguments, "c1", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := s.PutString(t.Context(), layout.PayloadArguments, "c1", string(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Name == ref.Name || again.SHA256 != ref.SHA256 || again.Size != ref.Size {
+		t.Errorf("a second upload for the call: %+v after %+v; want another name, the same size and digest", again, ref)
+	}
+	if got, err := s.Get(t.Context(), ref, 0); err != nil || string(got) != string(data) {
+		t.Fatalf("Get = %d bytes, %v", len(got), err)
+	}
+
+	var tooLarge *payload.TooLargeError
+	if _, err := s.Get(t.Context(), ref, ref.Size-1); !errors.As(err, &tooLarge) || tooLarge.Size != ref.Size || tooLarge.Limit != ref.Size-1 {
+		t.Errorf("over the limit: %v; want a TooLargeError naming both", err)
+	}
+	other := ref
+	other.Bucket = "ELSEWHERE"
+	otherSize := ref
+	otherSize.Size++
+	otherSum := ref
+	otherSum.SHA256 = strings.Repeat("0", 64)
+	gone := ref
+	gone.Name = "args.nothing.here"
+	if err := obs.Delete(t.Context(), again.Name); err != nil {
+		t.Fatal(err)
+	}
+	deleted := again
+	for name, r := range map[string]windlass.PayloadRef{"another bucket": other, "another size": otherSize, "another digest": otherSum,
+		"no such object": gone, "a deleted object": deleted, "a malformed reference": {Bucket: layout.PayloadsBucket, Name: "x", SHA256: "abc"}} {
+		if got, err := s.Get(t.Context(), r, 0); !errors.Is(err, payload.ErrUnreadable) || got != nil {
+			t.Errorf("%s: Get = %d bytes, %v; want ErrUnreadable", name, len(got), err)
+		}
+	}
+}
+
+// TestResolveTakesTheContentFromTheValue: a result offloaded with a
+// string value is one object, and resolves to the same content and
+// value; a content that is not the value's rendering is an object of its
+// own.
+func TestResolveTakesTheContentFromTheValue(t *testing.T) {
+	t.Parallel()
+	s, _ := newStore(t)
+	text := strings.Repeat("line \"one\"\n\t\u00e9\u2028", 10_000)
+	for name, r := range map[string]windlass.ToolResult{
+		"a string":        {CallID: "c2", Name: "t", Content: text, Data: []byte(`"` + strings.NewReplacer("\"", `\"`, "\n", `\n`, "\t", `\t`, "\u2028", `\u2028`).Replace(text) + `"`)},
+		"an object":       {CallID: "c3", Name: "t", Content: `{"a":1}`, Data: []byte(`{"a":1}`)},
+		"a summary":       {CallID: "c4", Name: "t", Content: "two rows", Data: []byte(`[1,2]`)},
+		"an error's text": {CallID: "c5", Name: "t", Content: text, IsError: true},
+	} {
+		stub, err := s.Offload(t.Context(), r)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		oneObject := stub.DataRef != nil && *stub.ContentRef == *stub.DataRef
+		if want := name == "a string" || name == "an object"; oneObject != want || stub.Content != "" || stub.Data != nil {
+			t.Errorf("%s: one object %v, want %v (stub content %q)", name, oneObject, want, stub.Content)
+		}
+		back, err := s.Resolve(t.Context(), stub, 0)
+		if err != nil || back.Content != r.Content || string(back.Data) != string(r.Data) || back.ContentRef != nil || back.DataRef != nil {
+			t.Errorf("%s: resolved %.40q / %.40q, %v", name, back.Content, back.Data, err)
+		}
+	}
+}
