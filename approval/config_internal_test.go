@@ -30,6 +30,7 @@ func TestConfigValidate(t *testing.T) {
 		{"no registry", func(c *Config) { c.Registry = nil }, "approval: Config.Registry is nil"},
 		{"no signer", func(c *Config) { c.Signer = nil }, "approval: Config.Signer is nil: a release key is required (windlass approval keygen)"},
 		{"negative default window", func(c *Config) { c.DefaultWindow = -time.Second }, "approval: Config.DefaultWindow must not be negative, got -1s"},
+		{"negative payload limit", func(c *Config) { c.PayloadLimit = -1 }, "approval: Config.PayloadLimit must not be negative, got -1"},
 		{"negative queue allowance", func(c *Config) { c.QueueAllowance = -time.Second }, "approval: Config.QueueAllowance must not be negative, got -1s"},
 		{"negative replicas", func(c *Config) { c.Replicas = -1 }, "approval: Config.Replicas must not be negative, got -1"},
 		{"negative policy window", func(c *Config) {

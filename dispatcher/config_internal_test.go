@@ -28,6 +28,9 @@ func TestConfigValidate(t *testing.T) {
 		{"negative queue allowance", func(c *Config) { c.QueueAllowance = -time.Second }, "dispatcher: Config.QueueAllowance must not be negative, got -1s"},
 		{"negative max wait", func(c *Config) { c.MaxWait = -time.Second }, "dispatcher: Config.MaxWait must not be negative, got -1s"},
 		{"negative approval wait", func(c *Config) { c.ApprovalWait = -time.Second }, "dispatcher: Config.ApprovalWait must not be negative, got -1s"},
+		{"negative inline limit", func(c *Config) { c.InlineLimit = -1 }, "dispatcher: Config.InlineLimit must not be negative, got -1"},
+		{"payload limit under the inline limit", func(c *Config) { c.InlineLimit, c.PayloadLimit = 2048, 1024 }, "dispatcher: Config.PayloadLimit must be at least InlineLimit (2048), got 1024"},
+		{"payload limit under the default inline limit", func(c *Config) { c.PayloadLimit = 1024 }, ""},
 		{"id not a subject token", func(c *Config) { c.ID = "a.b" }, `dispatcher: Config.ID "a.b" must match ^[a-zA-Z0-9_-]{1,64}$ (it is a subject token)`},
 	}
 	for _, tt := range tests {

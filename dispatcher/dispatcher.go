@@ -64,7 +64,8 @@ type Config struct {
 	// InlineLimit is the largest call message sent inline, in bytes;
 	// the arguments of a larger call travel by reference, through the
 	// fleet's object store (see PROTOCOL.md, "Payloads by reference").
-	// Default 256 KiB; never above the NATS server's max payload.
+	// Default 256 KiB (PayloadLimit when that is less); never above the
+	// NATS server's max payload.
 	InlineLimit int64
 	// PayloadLimit is the largest arguments, and the largest result value,
 	// the dispatcher sends or fetches by reference, in bytes. Larger
@@ -127,8 +128,8 @@ func (c Config) withDefaults() Config {
 	c.QueueAllowance = cmp.Or(c.QueueAllowance, DefaultQueueAllowance)
 	c.MaxWait = cmp.Or(c.MaxWait, DefaultMaxWait)
 	c.ApprovalWait = cmp.Or(c.ApprovalWait, DefaultApprovalWait)
-	c.InlineLimit = cmp.Or(c.InlineLimit, payload.DefaultInline)
 	c.PayloadLimit = cmp.Or(c.PayloadLimit, payload.DefaultMax)
+	c.InlineLimit = cmp.Or(c.InlineLimit, min(payload.DefaultInline, c.PayloadLimit))
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}

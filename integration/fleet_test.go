@@ -152,8 +152,13 @@ func TestRefusalsBeforePublish(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, fleettest.WithNATS(testserver.NATSOptions{MaxPayload: 64 * 1024}))
 	f.StartWorker(worker.Config{}, demotools.Echo(), demotools.Add())
-	d := f.Dispatcher(dispatcher.Config{})
+	d := f.Dispatcher(dispatcher.Config{PayloadLimit: 80 * 1024})
 	waitLive(t, d, "echo", 1)
+	// Over the server's max payload, under the dispatcher's limit: by
+	// reference, in chunks that fit the server.
+	if r, err := d.Call(t.Context(), "echo", map[string]string{"text": strings.Repeat("y", 70*1024)}); err != nil || r.Content != strings.Repeat("y", 70*1024) {
+		t.Errorf("a 70 KiB echo through a 64 KiB server: %.100q, %v", r.Content, err)
+	}
 	// A tool known to the registry whose only worker is gone.
 	gone := f.StartWorker(worker.Config{}, windlass.MustFunc("gone", func(ctx context.Context, _ struct{}) (int, error) { return 1, nil }))
 	waitLive(t, d, "gone", 1)
@@ -172,13 +177,13 @@ func TestRefusalsBeforePublish(t *testing.T) {
 		{name: "wrong type", tool: "add", args: map[string]any{"a": "one", "b": 2}, wantCode: windlass.CodeInvalidArguments, wantText: "$.a"},
 		{name: "missing field", tool: "add", args: map[string]any{"a": 1}, wantCode: windlass.CodeInvalidArguments, wantText: "$.b"},
 		{name: "not an object", tool: "echo", args: json.RawMessage(`[1]`), wantCode: windlass.CodeInvalidArguments, wantText: "object"},
-		{name: "oversized payload", tool: "echo", args: map[string]string{"text": strings.Repeat("x", 100*1024)}, wantCode: windlass.CodePayloadTooLarge, wantText: "65536"},
+		{name: "oversized payload", tool: "echo", args: map[string]string{"text": strings.Repeat("x", 100*1024)}, wantCode: windlass.CodePayloadTooLarge, wantText: "81920"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r, err := d.Call(t.Context(), tt.tool, tt.args)
 			if err != nil || r.Code() != tt.wantCode || !strings.Contains(r.Content, tt.wantText) {
-				t.Errorf("Call = %+v, %v; want code %s with %q", r, err, tt.wantCode, tt.wantText)
+				t.Errorf("Call = %.300q (code %q), %v; want code %s with %q", r.Content, r.Code(), err, tt.wantCode, tt.wantText)
 			}
 			_, err = d.Submit(t.Context(), tt.tool, tt.args)
 			var ce *windlass.CallError

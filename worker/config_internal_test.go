@@ -33,6 +33,9 @@ func TestConfigValidate(t *testing.T) {
 			"worker: Config.Heartbeat must be from 10ms to AckWait/3, got 1.000000001s"},
 		{"heartbeat over a third of the default ack wait", func(c *Config) { c.Heartbeat = 11 * time.Second },
 			"worker: Config.Heartbeat must be from 10ms to AckWait/3, got 11s"},
+		{"negative inline limit", func(c *Config) { c.InlineLimit = -1 }, "worker: Config.InlineLimit must not be negative, got -1"},
+		{"payload limit under the inline limit", func(c *Config) { c.InlineLimit, c.PayloadLimit = 2048, 1024 }, "worker: Config.PayloadLimit must be at least InlineLimit (2048), got 1024"},
+		{"payload limit under the default inline limit", func(c *Config) { c.PayloadLimit = 1024 }, ""},
 		{"negative shutdown grace", func(c *Config) { c.ShutdownGrace = -time.Second }, "worker: Config.ShutdownGrace must not be negative, got -1s"},
 	}
 	for _, tt := range tests {

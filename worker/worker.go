@@ -81,7 +81,8 @@ type Config struct {
 	// InlineLimit is the largest result message sent inline, in bytes; a
 	// larger result's content and value travel by reference, through the
 	// fleet's object store (see PROTOCOL.md, "Payloads by reference").
-	// Default 256 KiB; never above the NATS server's max payload.
+	// Default 256 KiB (PayloadLimit when that is less); never above the
+	// NATS server's max payload.
 	InlineLimit int64
 	// PayloadLimit is the largest result value, and the largest arguments,
 	// a tool of this worker returns or takes by reference, in bytes (a
@@ -118,8 +119,8 @@ func (c Config) withDefaults() Config {
 	c.MaxDeliver = cmp.Or(c.MaxDeliver, DefaultMaxDeliver)
 	c.Heartbeat = cmp.Or(c.Heartbeat, min(c.AckWait/3, 2*time.Second))
 	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, DefaultShutdownGrace)
-	c.InlineLimit = cmp.Or(c.InlineLimit, payload.DefaultInline)
 	c.PayloadLimit = cmp.Or(c.PayloadLimit, payload.DefaultMax)
+	c.InlineLimit = cmp.Or(c.InlineLimit, min(payload.DefaultInline, c.PayloadLimit))
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
