@@ -71,9 +71,11 @@ type ToolResult struct {
 	StartedAt time.Time `json:"started_at,omitzero"`
 	// ContentRef and DataRef, on the wire, point at a content and a value
 	// too large for the result's message, stored in the fleet's object
-	// store; Content and Data are then empty. The dispatcher fetches them
-	// before it hands the result to its caller, so a caller never sees a
-	// reference.
+	// store; Content and Data are then empty. ContentRef names DataRef's
+	// object when the content is the value's text; it is absent, with
+	// DataRef set, when the content is the string the value holds. The
+	// dispatcher fetches them before it hands the result to its caller,
+	// so a caller never sees a reference.
 	ContentRef *PayloadRef `json:"content_ref,omitempty"`
 	DataRef    *PayloadRef `json:"data_ref,omitempty"`
 }

@@ -236,10 +236,14 @@ func TestPayloadDigestMismatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	var stub windlass.ToolResult
-	if err := json.Unmarshal(raw.Data, &stub); err != nil || stub.DataRef == nil || stub.ContentRef == nil {
-		t.Fatalf("stored result %s: want references", raw.Data)
+	if err := json.Unmarshal(raw.Data, &stub); err != nil || stub.DataRef == nil {
+		t.Fatalf("stored result %s: want the value by reference", raw.Data)
 	}
-	if _, err := obs.PutBytes(t.Context(), stub.ContentRef.Name, []byte(strings.ToUpper(text))); err != nil {
+	value, err := obs.GetBytes(t.Context(), stub.DataRef.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := obs.PutBytes(t.Context(), stub.DataRef.Name, []byte(strings.ToUpper(string(value)))); err != nil { // same size
 		t.Fatal(err)
 	}
 	got, err := e.d.Result(t.Context(), r.CallID)

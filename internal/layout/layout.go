@@ -469,15 +469,18 @@ func PayloadObject(kind, callID, unique string) string {
 }
 
 // PayloadsConfig is the payloads bucket: each object kept as long as the
-// results (ResultsMaxAge), replicated like the streams. A payload whose
-// message was never stored (a refused call, a worker lost after its
-// upload) is gone after the same time.
+// results (ResultsMaxAge) and the duplicate window more — an object is
+// stored before its message, and a message whose publish is retried may
+// be stored up to that much later, so it never outlives its objects —
+// replicated like the streams. A payload whose message was never stored
+// (a refused call, a worker lost after its upload) is gone after the same
+// time.
 func PayloadsConfig(o StreamOptions) jetstream.ObjectStoreConfig {
 	o = o.withDefaults()
 	return jetstream.ObjectStoreConfig{
 		Bucket:      PayloadsBucket,
 		Description: "Windlass payloads by reference: call arguments and results too large for a message",
-		TTL:         o.ResultsMaxAge,
+		TTL:         o.ResultsMaxAge + o.Duplicates,
 		Storage:     o.Storage,
 		Replicas:    o.Replicas,
 	}

@@ -7,7 +7,7 @@
 // [ErrUnreadable], answered as an error and never used as data.
 //
 // Why the object store: it needs no server beyond NATS, its objects are
-// replicated like the streams, and its bucket's TTL (the results' max age)
+// replicated like the streams, and its bucket's TTL (the results' max age and the duplicate window)
 // removes every object, also one whose message was never stored (a
 // refused call, a worker lost after its upload), with no sweeper of ours.
 package payload

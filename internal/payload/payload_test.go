@@ -79,30 +79,47 @@ func TestGetUsesOnlyWhatTheReferenceSays(t *testing.T) {
 }
 
 // TestResolveTakesTheContentFromTheValue: a result offloaded with a
-// string value is one object, and resolves to the same content and
-// value; a content that is not the value's rendering is an object of its
-// own.
+// string value is the value's object alone, and resolves to the same
+// content and value; a value that is its own content (an object, a
+// json.RawMessage) is one object named twice; a content that is not the
+// value's rendering is an object of its own.
 func TestResolveTakesTheContentFromTheValue(t *testing.T) {
 	t.Parallel()
 	s, _ := newStore(t)
 	text := strings.Repeat("line \"one\"\n\t\u00e9\u2028", 10_000)
-	for name, r := range map[string]windlass.ToolResult{
-		"a string":        {CallID: "c2", Name: "t", Content: text, Data: []byte(`"` + strings.NewReplacer("\"", `\"`, "\n", `\n`, "\t", `\t`, "\u2028", `\u2028`).Replace(text) + `"`)},
-		"an object":       {CallID: "c3", Name: "t", Content: `{"a":1}`, Data: []byte(`{"a":1}`)},
-		"a summary":       {CallID: "c4", Name: "t", Content: "two rows", Data: []byte(`[1,2]`)},
-		"an error's text": {CallID: "c5", Name: "t", Content: text, IsError: true},
+	quoted := `"` + strings.NewReplacer("\"", `\"`, "\n", `\n`, "\t", `\t`, "\u2028", `\u2028`).Replace(text) + `"`
+	for _, tt := range []struct {
+		name    string
+		r       windlass.ToolResult
+		objects string // "data": the value's alone; "same": content_ref names it too; "two"; "content"
+	}{
+		{"a string", windlass.ToolResult{CallID: "c2", Name: "t", Content: text, Data: []byte(quoted)}, "data"},
+		{"a json.RawMessage of a string", windlass.ToolResult{CallID: "c3", Name: "t", Content: quoted, Data: []byte(quoted)}, "same"},
+		{"an object", windlass.ToolResult{CallID: "c4", Name: "t", Content: `{"a":1}`, Data: []byte(`{"a":1}`)}, "same"},
+		{"a summary", windlass.ToolResult{CallID: "c5", Name: "t", Content: "two rows", Data: []byte(`[1,2]`)}, "two"},
+		{"an error's text", windlass.ToolResult{CallID: "c6", Name: "t", Content: text, IsError: true}, "content"},
 	} {
-		stub, err := s.Offload(t.Context(), r)
+		stub, err := s.Offload(t.Context(), tt.r)
 		if err != nil {
-			t.Fatalf("%s: %v", name, err)
+			t.Fatalf("%s: %v", tt.name, err)
 		}
-		oneObject := stub.DataRef != nil && *stub.ContentRef == *stub.DataRef
-		if want := name == "a string" || name == "an object"; oneObject != want || stub.Content != "" || stub.Data != nil {
-			t.Errorf("%s: one object %v, want %v (stub content %q)", name, oneObject, want, stub.Content)
+		var objects string
+		switch {
+		case stub.ContentRef == nil && stub.DataRef != nil:
+			objects = "data"
+		case stub.ContentRef != nil && stub.DataRef != nil && *stub.ContentRef == *stub.DataRef:
+			objects = "same"
+		case stub.ContentRef != nil && stub.DataRef != nil:
+			objects = "two"
+		case stub.ContentRef != nil:
+			objects = "content"
+		}
+		if objects != tt.objects || stub.Content != "" || stub.Data != nil {
+			t.Errorf("%s: objects %q, want %q (stub content %q)", tt.name, objects, tt.objects, stub.Content)
 		}
 		back, err := s.Resolve(t.Context(), stub, 0)
-		if err != nil || back.Content != r.Content || string(back.Data) != string(r.Data) || back.ContentRef != nil || back.DataRef != nil {
-			t.Errorf("%s: resolved %.40q / %.40q, %v", name, back.Content, back.Data, err)
+		if err != nil || back.Content != tt.r.Content || string(back.Data) != string(tt.r.Data) || back.ContentRef != nil || back.DataRef != nil {
+			t.Errorf("%s: resolved %.40q / %.40q, %v", tt.name, back.Content, back.Data, err)
 		}
 	}
 }

@@ -26,9 +26,11 @@ func ValueSize(r windlass.ToolResult) int64 {
 }
 
 // Offload stores a result's content and value in the bucket and returns
-// the result that points at them (see windlass.ToolResult.ContentRef):
-// one object when the content is the value's rendering (see rendering),
-// which is what a tool's value gives, two otherwise.
+// the result that points at them (see windlass.ToolResult.ContentRef).
+// The value's object serves the content too when the content is its text
+// (any value but a string, or a json.RawMessage, renders so: content_ref
+// names the same object) or the string it holds (a string value: no
+// content_ref); otherwise the content is an object of its own.
 func (s *Store) Offload(ctx context.Context, r windlass.ToolResult) (windlass.ToolResult, error) {
 	if len(r.Data) > 0 {
 		ref, err := s.Put(ctx, layout.PayloadData, r.CallID, r.Data)
@@ -37,9 +39,12 @@ func (s *Store) Offload(ctx context.Context, r windlass.ToolResult) (windlass.To
 		}
 		r.DataRef = &ref
 	}
-	if r.DataRef != nil && rendering(r.Data, r.Content) {
+	switch {
+	case r.DataRef != nil && string(r.Data) == r.Content:
 		r.ContentRef = r.DataRef
-	} else {
+	case r.DataRef != nil && r.Data[0] == '"' && jsontext.Quotes(r.Content, r.Data):
+		// The string the value holds: the reader unquotes the value.
+	default:
 		ref, err := s.PutString(ctx, layout.PayloadContent, r.CallID, r.Content)
 		if err != nil {
 			return r, err
@@ -48,25 +53,6 @@ func (s *Store) Offload(ctx context.Context, r windlass.ToolResult) (windlass.To
 	}
 	r.Content, r.Data = "", nil
 	return r, nil
-}
-
-// rendering reports whether content is the rendering of the JSON value
-// data (windlass.Render): the string itself when data is a JSON string,
-// else data's text. When it is, one object holds both (PROTOCOL.md,
-// "Payloads by reference").
-func rendering(data []byte, content string) bool {
-	if len(data) > 0 && data[0] == '"' {
-		return jsontext.Quotes(content, data)
-	}
-	return string(data) == content
-}
-
-// rendered is the content of which data is the value (see rendering).
-func rendered(data []byte) (string, error) {
-	if len(data) > 0 && data[0] == '"' {
-		return jsontext.Unquote(data)
-	}
-	return string(data), nil
 }
 
 // Forget deletes the objects of a result that was not stored (a second
@@ -104,12 +90,14 @@ func (s *Store) Resolve(ctx context.Context, r windlass.ToolResult, limit int64)
 	}
 	switch ref := r.ContentRef; {
 	case ref == nil:
-	case r.DataRef != nil && *ref == *r.DataRef:
-		content, err := rendered(out.Data)
+		// The string the value holds (see Offload).
+		content, err := jsontext.Unquote(out.Data)
 		if err != nil {
-			return unusable(r, "content", fmt.Errorf("%w: the value's rendering: %w", ErrUnreadable, err))
+			return unusable(r, "content", fmt.Errorf("%w: its value is not the JSON string its content is taken from: %w", ErrUnreadable, err))
 		}
 		out.Content = content
+	case r.DataRef != nil && *ref == *r.DataRef:
+		out.Content = string(out.Data) // the value's text
 	default:
 		content, err := s.Get(ctx, *ref, limit)
 		if err != nil {
