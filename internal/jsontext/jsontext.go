@@ -83,33 +83,55 @@ func PrintableASCII(b []byte) bool {
 func Quote(s string) []byte {
 	n := 2
 	for i := 0; i < len(s); {
+		if plain := plainRun(s, i); plain > 0 {
+			n, i = n+plain, i+plain
+			continue
+		}
 		r, size, esc := next(s, i)
-		if esc != "" {
+		switch {
+		case esc != "":
 			n += len(esc)
-		} else if r < ' ' {
+		case r < ' ':
 			n += len(`\u00XX`)
-		} else {
+		default:
 			n += size
 		}
 		i += size
 	}
 	b := make([]byte, 0, n)
 	b = append(b, '"')
-	start := 0
 	for i := 0; i < len(s); {
+		if plain := plainRun(s, i); plain > 0 {
+			b, i = append(b, s[i:i+plain]...), i+plain
+			continue
+		}
 		r, size, esc := next(s, i)
 		switch {
 		case esc != "":
-			b = append(append(b, s[start:i]...), esc...)
-			start = i + size
+			b = append(b, esc...)
 		case r < ' ':
-			const hex = "0123456789abcdef"
-			b = append(append(b, s[start:i]...), '\\', 'u', '0', '0', hex[r>>4], hex[r&0xF])
-			start = i + size
+			b = append(b, '\\', 'u', '0', '0', hexDigits[r>>4], hexDigits[r&0xF])
+		default:
+			b = append(b, s[i:i+size]...)
 		}
 		i += size
 	}
-	return append(append(b, s[start:]...), '"')
+	return append(b, '"')
+}
+
+const hexDigits = "0123456789abcdef"
+
+// plainRun is the length of the run of ASCII at s[i:] that a JSON string
+// holds as it is (printable, not '"' or '\\').
+func plainRun(s string, i int) int {
+	j := i
+	for j < len(s) {
+		if c := s[j]; c < ' ' || c >= utf8.RuneSelf || c == '"' || c == '\\' {
+			break
+		}
+		j++
+	}
+	return j - i
 }
 
 // next decodes the character of s at i: the rune, its size in s, and its
@@ -154,6 +176,13 @@ func Quotes(s string, quoted []byte) bool {
 	}
 	q := quoted[1 : len(quoted)-1]
 	for i := 0; i < len(s); {
+		if plain := plainRun(s, i); plain > 0 {
+			if len(q) < plain || string(q[:plain]) != s[i:i+plain] {
+				return false
+			}
+			q, i = q[plain:], i+plain
+			continue
+		}
 		r, size, esc := next(s, i)
 		switch {
 		case esc != "":
@@ -162,8 +191,7 @@ func Quotes(s string, quoted []byte) bool {
 			}
 			q = q[len(esc):]
 		case r < ' ':
-			const hex = "0123456789abcdef"
-			if len(q) < 6 || string(q[:4]) != `\u00` || q[4] != hex[r>>4] || q[5] != hex[r&0xF] {
+			if len(q) < 6 || string(q[:4]) != `\u00` || q[4] != hexDigits[r>>4] || q[5] != hexDigits[r&0xF] {
 				return false
 			}
 			q = q[6:]
@@ -227,7 +255,12 @@ func unquotedLen(quoted []byte) (n int, ok bool) {
 			end = len(q)
 		}
 		seg := q[:end]
-		if !utf8.Valid(seg) || bytes.IndexByte(seg, '"') >= 0 || bytes.ContainsFunc(seg, func(r rune) bool { return r < ' ' }) {
+		for _, c := range seg { // a control character or a quote is ASCII, never part of a UTF-8 sequence
+			if c < ' ' || c == '"' {
+				return 0, false
+			}
+		}
+		if !utf8.Valid(seg) {
 			return 0, false
 		}
 		n, q = n+len(seg), q[end:]
