@@ -22,10 +22,10 @@ import (
 )
 
 // The large-result benchmarks' tools: each returns a prebuilt value of the
-// size its arguments ask for, the text as a Go string (content and value
-// differ, the value being the text's JSON: two objects by reference) or
-// as a json.RawMessage of a JSON string (content and value the same
-// bytes: one object).
+// size its arguments ask for, the text as a Go string (its value the
+// text's JSON, its content the text, decoded from the value by the
+// reader: one object by reference) or as a json.RawMessage of a JSON
+// string (content and value the same bytes: one object named twice).
 const (
 	largeStringTool = "large_string"
 	largeJSONTool   = "large_json"
@@ -154,10 +154,9 @@ func purgeBuckets(b *testing.B, js jetstream.JetStream) {
 // beside the raw baseline of the same bytes through a JetStream object
 // store (one Put, then Get and a read of it all), on the same server in
 // the same run: each iteration is one call of each path, in turn at 1 and
-// 4 in flight. Two fleet paths: a tool returning a string (its content,
-// the text, and its value, the text's JSON, are two objects) and one
-// returning a json.RawMessage (content and value the same bytes: one
-// object). Reported: calls/s, p50, and the fleet's ratios to the raw
+// 4 in flight. Two fleet paths: a tool returning a string (one object,
+// its JSON; the reader decodes the content from it) and one returning a
+// json.RawMessage (content and value the same bytes: one object). Reported: calls/s, p50, and the fleet's ratios to the raw
 // baseline (throughput: fleet/raw, under 1 is slower; p50: fleet/raw,
 // over 1 is slower).
 //
