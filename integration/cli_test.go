@@ -68,6 +68,21 @@ func TestCLIQuickStart(t *testing.T) {
 		}
 	}
 
+	// Arguments too large for a command line, from a file: 3 MiB, over
+	// the server's max payload, by reference in the fleet, and back.
+	t.Run("LargeArgumentsFromAFile", func(t *testing.T) {
+		text := strings.Repeat("large ", 512<<10)
+		file := filepath.Join(t.TempDir(), "args.json")
+		data, _ := json.Marshal(map[string]string{"text": text})
+		if err := os.WriteFile(file, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		r := cliRun(t, bin, env, "call", "echo", "@"+file)
+		if r.code != 0 || r.stdout != text+"\n" {
+			t.Fatalf("windlass call echo @%s: exit %d, %d bytes out (%.200s); want the %d-byte text back", file, r.code, len(r.stdout), r.stderr, len(text))
+		}
+	})
+
 	// The quick start's second terminal: no flags, no URL environment.
 	t.Run("QuickStartAdd", func(t *testing.T) {
 		r := cliRun(t, bin, env, `call`, `add`, `{"a":1,"b":2}`)

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/windlass-dev/windlass"
@@ -40,8 +42,29 @@ func tellApprovalWait(ctx context.Context, d *dispatcher.Dispatcher, id, tool st
 	return func() { cancel(); <-done }
 }
 
+// readArguments reads a call's JSON arguments as given on the command
+// line: the text itself, @FILE for a file's (large arguments do not fit a
+// command line; they travel by reference in the fleet), or - for standard
+// input's.
+func readArguments(arg string) (string, error) {
+	var b []byte
+	var err error
+	switch {
+	case arg == "-":
+		b, err = io.ReadAll(os.Stdin)
+	case strings.HasPrefix(arg, "@"):
+		b, err = os.ReadFile(arg[1:])
+	default:
+		return arg, nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("arguments %s: %w", arg, err)
+	}
+	return string(b), nil
+}
+
 func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("call", "call [flags] TOOL [JSON]", stderr)
+	fs := newFlags("call", "call [flags] TOOL [JSON | @FILE | -]", stderr)
 	c := commonFlags(fs)
 	timeout := durationFlag(fs, "timeout", 0, "call deadline (default: the tool's timeout plus a queue allowance)")
 	asJSON := boolFlag(fs, "json", false, "print the whole result as JSON instead of its content")
@@ -59,10 +82,12 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	name, rawArgs := pos[0], "{}"
 	if len(pos) == 2 {
-		rawArgs = pos[1]
+		if rawArgs, err = readArguments(pos[1]); err != nil {
+			return &exitError{code: 2, err: err}
+		}
 	}
 	if !json.Valid([]byte(rawArgs)) {
-		return &exitError{code: 2, err: fmt.Errorf("arguments %q are not valid JSON", rawArgs)}
+		return &exitError{code: 2, err: fmt.Errorf("arguments %.200q are not valid JSON", rawArgs)}
 	}
 	if *callID != "" {
 		if err := windlass.ValidateCallID(*callID); err != nil {
