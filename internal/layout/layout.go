@@ -436,20 +436,31 @@ func ReleasesConfig(o StreamOptions) jetstream.KeyValueConfig {
 // EnsureReleases returns the release ledger's bucket, creating it when it
 // is missing (like [EnsureStreams], it never changes an existing one).
 func EnsureReleases(ctx context.Context, js jetstream.JetStream, o StreamOptions) (jetstream.KeyValue, error) {
-	kv, err := retry.Value(ctx, ensurePolicy, func(ctx context.Context) (jetstream.KeyValue, error) {
-		kv, err := js.KeyValue(ctx, ReleasesBucket)
+	return ensureBucket(ctx, ReleasesBucket,
+		func(ctx context.Context) (jetstream.KeyValue, error) { return js.KeyValue(ctx, ReleasesBucket) },
+		func(ctx context.Context) (jetstream.KeyValue, error) {
+			return js.CreateKeyValue(ctx, ReleasesConfig(o))
+		})
+}
+
+// ensureBucket opens a bucket, creating it when it is missing (and opening
+// it again when another process created it first), asking again like
+// EnsureStreams.
+func ensureBucket[B any](ctx context.Context, name string, open, create func(context.Context) (B, error)) (B, error) {
+	b, err := retry.Value(ctx, ensurePolicy, func(ctx context.Context) (B, error) {
+		b, err := open(ctx)
 		if errors.Is(err, jetstream.ErrBucketNotFound) {
-			kv, err = js.CreateKeyValue(ctx, ReleasesConfig(o))
+			b, err = create(ctx)
 			if errors.Is(err, jetstream.ErrBucketExists) || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-				kv, err = js.KeyValue(ctx, ReleasesBucket) // another process created it first
+				b, err = open(ctx) // another process created it first
 			}
 		}
-		return kv, onlyTimeoutsAgain(ctx, err)
+		return b, onlyTimeoutsAgain(ctx, err)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("layout: ensure bucket %s: %w", ReleasesBucket, err)
+		return b, fmt.Errorf("layout: ensure bucket %s: %w", name, err)
 	}
-	return kv, nil
+	return b, nil
 }
 
 // Payload kinds, the first part of a payload object's name.
@@ -489,20 +500,11 @@ func PayloadsConfig(o StreamOptions) jetstream.ObjectStoreConfig {
 // EnsurePayloads returns the payloads bucket, creating it when it is
 // missing (like [EnsureStreams], it never changes an existing one).
 func EnsurePayloads(ctx context.Context, js jetstream.JetStream, o StreamOptions) (jetstream.ObjectStore, error) {
-	obs, err := retry.Value(ctx, ensurePolicy, func(ctx context.Context) (jetstream.ObjectStore, error) {
-		obs, err := js.ObjectStore(ctx, PayloadsBucket)
-		if errors.Is(err, jetstream.ErrBucketNotFound) {
-			obs, err = js.CreateObjectStore(ctx, PayloadsConfig(o))
-			if errors.Is(err, jetstream.ErrBucketExists) || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-				obs, err = js.ObjectStore(ctx, PayloadsBucket) // another process created it first
-			}
-		}
-		return obs, onlyTimeoutsAgain(ctx, err)
-	})
-	if err != nil {
-		return nil, fmt.Errorf("layout: ensure bucket %s: %w", PayloadsBucket, err)
-	}
-	return obs, nil
+	return ensureBucket(ctx, PayloadsBucket,
+		func(ctx context.Context) (jetstream.ObjectStore, error) { return js.ObjectStore(ctx, PayloadsBucket) },
+		func(ctx context.Context) (jetstream.ObjectStore, error) {
+			return js.CreateObjectStore(ctx, PayloadsConfig(o))
+		})
 }
 
 // EnsureStreams creates each stream that is missing. A stream that exists
