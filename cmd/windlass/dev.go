@@ -47,13 +47,33 @@ func refuseIgnored(fs *flag.FlagSet, ignored map[string]string) error {
 	return nil
 }
 
+// devAPIListen is where dev serves its HTTP API when it may: the address
+// the README's HTTP walk-through uses.
+const devAPIListen = "127.0.0.1:8080"
+
+// listenAPI listens on addr for the HTTP API; when addr is taken and
+// fallback is set (the address was not asked for), on a free port of the
+// same host instead: a second dev, or another server on 8080, does not
+// stop the quick start, and the banner says where the API is.
+func listenAPI(addr string, fallback bool) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err == nil || !fallback {
+		return ln, err
+	}
+	host, _, splitErr := net.SplitHostPort(addr)
+	if splitErr != nil {
+		return nil, err
+	}
+	return net.Listen("tcp", net.JoinHostPort(host, "0"))
+}
+
 func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("dev", "dev [flags]", stderr)
 	c := commonFlags(fs)
 	natsPort := intFlag(fs, "nats-port", -1, "port of the embedded NATS server (-1: a free port)")
 	dataDir := stringFlag(fs, "data-dir", "", "JetStream storage directory (default: a temporary directory, removed on exit)")
 	approvalListen := stringFlag(fs, "approval-listen", "127.0.0.1:0", "address of the approval service's API and dashboard (port 0: a free port)")
-	apiListen := stringFlag(fs, "api-listen", "127.0.0.1:0", "address of the dispatcher's HTTP API, open without API keys (port 0: a free port)")
+	apiListen := stringFlag(fs, "api-listen", devAPIListen, "address of the dispatcher's HTTP API, open without API keys (port 0: a free port; the default falls back to a free port when it is taken)")
 	a := approvalFlags(fs)
 	metricsListen := metricsFlag(fs)
 	fs.Usage = usageFunc(fs, "dev [flags]", devIgnores)
@@ -184,7 +204,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		stopAPI()
 		return err
 	}
-	apiLn, err := net.Listen("tcp", *apiListen)
+	apiLn, err := listenAPI(*apiListen, !flagGiven(fs, "api-listen"))
 	if err != nil {
 		stopAPI()
 		return fmt.Errorf("--api-listen %s: %w", *apiListen, err)
@@ -220,13 +240,14 @@ From another terminal:
   go run ./cmd/windlass tools --style anthropic
   go run ./cmd/windlass status --watch      # the fleet at a glance
   curl -s -H 'Content-Type: application/json' -d '{"tool":"add","arguments":{"a":1,"b":2}}' %s/v1/calls
+  export API=%s                # the README's HTTP walk-through and Python snippet use $API
   go run ./cmd/windlass call transfer_funds '{"to":"bob","amount":5}'   # waits for a human:
     approve it on the dashboard above, or from a third terminal:
     go run ./cmd/windlass approvals list
     go run ./cmd/windlass approvals approve CALL_ID
 
 Press Ctrl-C to stop.
-`, natsURL, store, redisURL, redisNote, w.ID(), approvalURL, devToken, apiURL, apiURL, check, discoveryPath(), apiURL)
+`, natsURL, store, redisURL, redisNote, w.ID(), approvalURL, devToken, apiURL, apiURL, check, discoveryPath(), apiURL, apiURL)
 
 	select {
 	case <-ctx.Done():
