@@ -306,11 +306,12 @@ func (s *Service) arguments(ctx context.Context, msg jetstream.Msg, call *windla
 		return call.Arguments, true
 	}
 	args, err := s.payloads.Load().Get(ctx, *call.ArgumentsRef, s.cfg.PayloadLimit)
+	if err == nil {
+		return args, true
+	}
 	var tooLarge *payload.TooLargeError
 	h := &HeldCall{ID: call.ID, Tool: call.Name, call: call, origin: msg.Headers().Get(layout.HeaderOrigin)}
 	switch {
-	case err == nil:
-		return args, true
 	case errors.As(err, &tooLarge):
 		s.answer(ctx, h, windlass.CodePayloadTooLarge, fmt.Sprintf("The arguments of the call to %q are %d bytes, over the approval service's limit of %d bytes; nothing was held.", call.Name, tooLarge.Size, tooLarge.Limit))
 	case errors.Is(err, payload.ErrUnreadable):

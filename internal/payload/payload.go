@@ -7,9 +7,10 @@
 // [ErrUnreadable], answered as an error and never used as data.
 //
 // Why the object store: it needs no server beyond NATS, its objects are
-// replicated like the streams, and its bucket's TTL (the results' max age and the duplicate window)
-// removes every object, also one whose message was never stored (a
-// refused call, a worker lost after its upload), with no sweeper of ours.
+// replicated like the streams, and its bucket's TTL (the results' max age
+// and the duplicate window) removes every object, also one whose message
+// was never stored (a refused call, a worker lost after its upload), with
+// no sweeper of ours.
 package payload
 
 import (
@@ -31,11 +32,13 @@ import (
 	"github.com/windlass-dev/windlass/internal/retry"
 )
 
-// Defaults of the limits (see Limits).
+// Defaults of the limits the dispatcher, worker and approval configs take
+// (InlineLimit, PayloadLimit).
 const (
-	// DefaultInline is the largest message body sent inline: a quarter of
-	// the NATS server's default max payload (1 MiB), which leaves room for
-	// headers and keeps large bodies off the streams' hot path.
+	// DefaultInline is the largest message (body and headers) sent inline:
+	// a quarter of the NATS server's default max payload (1 MiB), which
+	// leaves room for headers and keeps large bodies off the streams' hot
+	// path.
 	DefaultInline = 256 << 10
 	// DefaultMax is the largest payload sent by reference.
 	DefaultMax = 64 << 20
