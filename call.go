@@ -37,6 +37,10 @@ type ToolCall struct {
 	SpecHash string `json:"spec_hash,omitempty"`
 	// Metadata carries caller-defined strings (requester, session, ...).
 	Metadata map[string]string `json:"metadata,omitempty"`
+	// Key names the caller the call is counted for, by the fleet's
+	// limits (see package limits): the API key's name over HTTP and MCP,
+	// the dispatcher's WithKey in Go. Empty is the shared key "default".
+	Key string `json:"key,omitempty"`
 	// ArgumentsRef, on the wire, points at arguments too large for the
 	// call's message, stored in the fleet's object store; Arguments then
 	// holds [ArgumentsByReference]. The fleet fetches them before a tool

@@ -52,6 +52,14 @@ const (
 	// gone (past its lifetime) or does not match its size and digest. Its
 	// content is never used as data.
 	CodePayloadUnreadable ErrorCode = "payload_unreadable"
+	// CodeRateLimited: the caller's key is over its own limit for the tool
+	// (its rate, or its cap of calls queued or running); the call was not
+	// queued. Retryable, after the error's RetryAfter; other keys' calls
+	// are not affected.
+	CodeRateLimited ErrorCode = "rate_limited"
+	// CodeOverloaded: the tool's queue, or the fleet's, is full; the call
+	// was not queued. Retryable, after the error's RetryAfter.
+	CodeOverloaded ErrorCode = "overloaded"
 )
 
 // CallError is the error object of a failed [ToolResult]: a code a program
@@ -73,6 +81,12 @@ type CallError struct {
 	RetryAfterMS int64 `json:"retry_after_ms,omitempty"`
 
 	recovered *PanicError // a panic's value and stack, where it was recovered: see ToolResult.Panic
+}
+
+// RetryAfter is RetryAfterMS as a duration: how long to wait before
+// calling again (zero: no advice).
+func (e *CallError) RetryAfter() time.Duration {
+	return time.Duration(e.RetryAfterMS) * time.Millisecond
 }
 
 // Error implements error as "code: message".

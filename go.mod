@@ -7,6 +7,7 @@ require (
 	github.com/anthropics/anthropic-sdk-go/v2 v2.17.0
 	github.com/cenkalti/backoff/v4 v4.3.0
 	github.com/chromedp/chromedp v0.23.1
+	github.com/go-redis/redis_rate/v10 v10.0.1
 	github.com/invopop/jsonschema v0.14.0
 	github.com/modelcontextprotocol/go-sdk v1.8.0
 	github.com/nats-io/nats-server/v2 v2.15.3

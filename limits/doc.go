@@ -1,0 +1,117 @@
+// Package limits keeps one caller from starving the fleet: admission
+// limits per tool × key, enforced by every dispatcher replica on counts
+// they share, and execution rates per tool, enforced by every worker of
+// the tool on one shared rate.
+//
+// # Keys
+//
+// Every call has a key ([windlass.ToolCall.Key]): over the HTTP API and
+// MCP the name of the API key the request presented, in Go the
+// dispatcher's WithKey; a call without one has [DefaultKey]. A key is 1
+// to [MaxKeyLength] printable ASCII characters (see [ValidateKey]); it is
+// a metric label, so name callers, not requests.
+//
+// # Admission (the dispatcher, before publishing)
+//
+// For each tool × key, a [Limit]: a [Rate] (calls a second, minute or
+// hour, with a burst) and MaxInFlight, a cap on the key's calls of the
+// tool that are queued or running. Each tool also has MaxQueued, a cap on
+// its calls of every key together. A call over the key's rate or cap is
+// refused rate_limited (the caller's own limit); over the tool's cap, or
+// when the calls stream is full (MaxQueuedCalls, enforced by the NATS
+// server itself), overloaded. Either way it carries a retry-after, and
+// nothing of it is stored: it is not queued, not recorded, not charged
+// against a rate.
+//
+// A call holds its slot from admission until its result reaches the
+// dispatcher that admitted it. A dispatcher that dies holding slots does
+// not leak them: each slot lapses a minute after its call's deadline,
+// when no worker will run the call any more. A resubmit of an id that
+// holds a slot is the same call: admitted without a second slot or a
+// second charge against the rate.
+//
+// # Execution rates (the workers)
+//
+// A tool that calls a rate-limited API declares a rate (the worker's
+// WithRate; the registry advertises it). Its workers across the fleet
+// start at most that many calls per period, with the burst: a call that
+// waits for its turn stays queued, its message kept alive by the
+// worker's in-progress acknowledgements, until its turn or its deadline.
+// It is never refused or failed for the rate.
+//
+// # Defaults
+//
+// With no configuration each key may have [DefaultMaxInFlight] (1,000)
+// calls of a tool queued or running, each tool [DefaultMaxQueued]
+// (10,000) of all keys, and the calls stream [DefaultMaxQueuedCalls]
+// (100,000). The reasoning: an agent backend has a few to a few hundred
+// calls of a tool in flight per tenant, so 1,000 never stops a normal
+// caller, while a flood (20,000 calls of a slow tool from one key) is
+// refused after its first thousand instead of queueing every other
+// tenant behind hours of work. Ten keys at their cap fill a tool; a
+// hundred thousand small calls are about 50 MB in the stream, well within
+// a default JetStream server. There is no default rate: what a tool costs
+// is the operator's to say. [Unlimited] turns everything off.
+//
+// # The limits file
+//
+// YAML (JSON is YAML too); every field is optional:
+//
+//	default:            # every key, every tool
+//	  rate: 50/s        # N/s, N/m or N/h; none
+//	  burst: 100        # default: the rate's N
+//	  max_in_flight: 1000
+//	keys:               # a key, every tool
+//	  batch-jobs: {max_in_flight: 5000}
+//	tools:
+//	  transfer_funds:
+//	    max_queued: 200 # the tool, all keys
+//	    default: {rate: 1/s, max_in_flight: 5}
+//	    keys:
+//	      acme: {rate: 10/s, burst: 20}
+//	max_queued: 10000   # each tool, all keys
+//	max_queued_calls: 100000
+//
+// For each field of a key's limit for a tool, the most specific entry
+// that sets it wins: tools.T.keys.K, keys.K, tools.T.default, default. A
+// cap of 0 inherits; -1 is none. An unknown field, a bad rate or a
+// negative cap is refused at start with the entry's path and the rule.
+//
+// # When Redis is unreachable
+//
+// Admission limits (rate, in-flight and tool caps) fail open: the call is
+// admitted unlimited, the dispatcher logs it and counts it in the
+// windlass.dispatcher.limits.unenforced metric. An outage of the shared
+// counts must not stop every tenant's calls, and the calls stream's
+// bound, kept by the NATS server, still protects the fleet.
+//
+// Execution rates fail closed: a call waits queued, asking again with
+// backoff, until Redis answers or its deadline passes. A tool declares a
+// rate because a third party enforces one; running past it while the
+// counts cannot be read would break the very limit the rate exists for.
+//
+// # Why redis_rate
+//
+// Rates are github.com/go-redis/redis_rate: GCRA in one Lua script on
+// Redis's clock, a well-kept limiter on the Redis the fleet already
+// runs, one round trip per call and exact across replicas. A NATS
+// key-value counter would need a compare-and-swap loop per call, several
+// round trips under contention. The caps are not rates but counts of
+// calls in flight, which no such library keeps: each is a Redis sorted
+// set of call ids scored by when their slot lapses, taken and checked in
+// one short script (admitScript) so two replicas cannot both take the
+// last slot.
+//
+// # Redis keys
+//
+// Under the registry's prefix P ("windlass:" by default), every key of a
+// tool T shares the hash tag {T}, so each script touches one Redis
+// Cluster slot (redis_rate puts "rate:" before its keys):
+//
+//	P limits:{T}:in_flight:K      sorted set: K's calls of T holding a slot
+//	P limits:{T}:in_flight        sorted set: T's calls of every key ("K id")
+//	rate:P limits:{T}:rate:K      K's admission rate for T (redis_rate)
+//	rate:P limits:{T}:exec        T's execution rate (redis_rate)
+//
+// The sets expire when their last slot lapses.
+package limits

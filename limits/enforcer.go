@@ -1,0 +1,202 @@
+package limits
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/go-redis/redis_rate/v10"
+	"github.com/redis/go-redis/v9"
+)
+
+// Reason says which limit refused a call: a metric label and a log field.
+type Reason string
+
+// The reasons a call is refused.
+const (
+	// ReasonRate: the key's rate for the tool (code rate_limited).
+	ReasonRate Reason = "rate"
+	// ReasonInFlight: the key's cap of calls queued or running for the
+	// tool (code rate_limited).
+	ReasonInFlight Reason = "in_flight"
+	// ReasonToolQueue: the tool's cap of calls queued or running, all
+	// keys together (code overloaded).
+	ReasonToolQueue Reason = "tool_queue"
+	// ReasonCallsStream: the calls stream is full (code overloaded).
+	ReasonCallsStream Reason = "calls_stream"
+)
+
+// SlotRetryAfter is the wait suggested to a caller refused for a cap: a
+// slot frees when one of the calls holding them ends, which the fleet
+// cannot foresee.
+const SlotRetryAfter = time.Second
+
+// Decision is the outcome of [Enforcer.Admit].
+type Decision struct {
+	// Allowed reports that the call may be published.
+	Allowed bool
+	// Reason names the limit that refused it (empty when allowed).
+	Reason Reason
+	// RetryAfter is when the caller may try again (refused only).
+	RetryAfter time.Duration
+	// Slot is the slot the call holds, to Release when it ends; nil when
+	// the call holds none here: no cap applies, or the id held its slot
+	// already (a resubmit, whose first submit releases it).
+	Slot *Slot
+}
+
+// Slot is a call's place under its key's and its tool's caps.
+type Slot struct {
+	tool, key, callID string
+}
+
+// Enforcer applies limits shared by every process that uses the same
+// Redis and prefix: the dispatchers' admission limits and the workers'
+// execution rates. It is safe for concurrent use.
+type Enforcer struct {
+	rdb    redis.UniversalClient
+	prefix string
+	rates  *redis_rate.Limiter
+}
+
+// NewEnforcer returns an enforcer over rdb whose keys start with prefix
+// (the registry's, "windlass:" by default).
+func NewEnforcer(rdb redis.UniversalClient, prefix string) *Enforcer {
+	return &Enforcer{rdb: rdb, prefix: prefix, rates: redis_rate.NewLimiter(rdb)}
+}
+
+// The Redis keys, all of one tool in one hash slot ({tool}): see the
+// package doc, "Redis keys". redis_rate adds "rate:" before its keys.
+func (e *Enforcer) keySlots(tool, key string) string {
+	return e.prefix + "limits:{" + tool + "}:in_flight:" + key
+}
+func (e *Enforcer) toolSlots(tool string) string { return e.prefix + "limits:{" + tool + "}:in_flight" }
+func (e *Enforcer) keyRate(tool, key string) string {
+	return e.prefix + "limits:{" + tool + "}:rate:" + key
+}
+func (e *Enforcer) execRate(tool string) string { return e.prefix + "limits:{" + tool + "}:exec" }
+
+// toolMember is a call's member in its tool's set: its key, a space (no
+// key has one) and its id, so the tool's use can be told by key.
+func toolMember(key, callID string) string { return key + " " + callID }
+
+// admitScript takes a slot for a call under its key's cap and its tool's
+// cap, or says which is full. Each set holds the calls in flight, scored
+// by when their slot lapses even if nobody releases it; lapsed ones are
+// dropped first. A call whose id holds its slot already is admitted
+// again without a second slot.
+//
+// KEYS: the key's set, the tool's set. ARGV: now and lapse (ms), the
+// call id, the tool's member, the key's cap, the tool's cap (0: none).
+// Returns 0 (taken now), 1 (held already), 2 (the key's cap is full),
+// 3 (the tool's cap is full).
+var admitScript = redis.NewScript(`
+local now, lapse = tonumber(ARGV[1]), tonumber(ARGV[2])
+local keyCap, toolCap = tonumber(ARGV[5]), tonumber(ARGV[6])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+if redis.call('ZSCORE', KEYS[1], ARGV[3]) then return 1 end
+if keyCap > 0 and redis.call('ZCARD', KEYS[1]) >= keyCap then return 2 end
+if toolCap > 0 and redis.call('ZCARD', KEYS[2]) >= toolCap then return 3 end
+redis.call('ZADD', KEYS[1], lapse, ARGV[3])
+redis.call('ZADD', KEYS[2], lapse, ARGV[4])
+redis.call('PEXPIREAT', KEYS[1], lapse, 'GT')
+redis.call('PEXPIREAT', KEYS[2], lapse, 'GT')
+redis.call('PEXPIREAT', KEYS[1], lapse, 'NX')
+redis.call('PEXPIREAT', KEYS[2], lapse, 'NX')
+return 0
+`)
+
+// Admit decides whether key may publish callID to tool now, under l and
+// the tool's cap toolMax (NoLimit: none). An admitted call holds a slot
+// until [Enforcer.Release], or until lapse at the latest (a dispatcher
+// that died holding it). An error means Redis could not be asked; the
+// caller decides what that means (see the package doc, "When Redis is
+// unreachable").
+func (e *Enforcer) Admit(ctx context.Context, tool, key, callID string, lapse time.Time, l Limit, toolMax int) (Decision, error) {
+	var slot *Slot
+	if l.MaxInFlight > 0 || toolMax > 0 {
+		n, err := admitScript.Run(ctx, e.rdb, []string{e.keySlots(tool, key), e.toolSlots(tool)},
+			time.Now().UnixMilli(), lapse.UnixMilli(), callID, toolMember(key, callID), max(l.MaxInFlight, 0), max(toolMax, 0)).Int()
+		if err != nil {
+			return Decision{}, fmt.Errorf("limits: admit a call of %q for key %q: %w", tool, key, err)
+		}
+		switch n {
+		case 1:
+			return Decision{Allowed: true}, nil // a resubmit: the same call, already counted and charged
+		case 2:
+			return Decision{Reason: ReasonInFlight, RetryAfter: SlotRetryAfter}, nil
+		case 3:
+			return Decision{Reason: ReasonToolQueue, RetryAfter: SlotRetryAfter}, nil
+		}
+		slot = &Slot{tool: tool, key: key, callID: callID}
+	}
+	if !l.Rate.IsZero() {
+		res, err := e.rates.Allow(ctx, e.keyRate(tool, key), redisLimit(l.Rate))
+		if err != nil {
+			e.Release(context.WithoutCancel(ctx), slot)
+			return Decision{}, fmt.Errorf("limits: rate of key %q for %q: %w", key, tool, err)
+		}
+		if res.Allowed == 0 {
+			e.Release(context.WithoutCancel(ctx), slot)
+			return Decision{Reason: ReasonRate, RetryAfter: res.RetryAfter}, nil
+		}
+	}
+	return Decision{Allowed: true, Slot: slot}, nil
+}
+
+// Release frees the slots of calls that ended, in one round trip; nil
+// slots are skipped. It returns Redis's error, which the caller may only
+// log: a slot not released lapses on its own.
+func (e *Enforcer) Release(ctx context.Context, slots ...*Slot) error {
+	pipe := e.rdb.Pipeline()
+	for _, s := range slots {
+		if s != nil {
+			pipe.ZRem(ctx, e.keySlots(s.tool, s.key), s.callID)
+			pipe.ZRem(ctx, e.toolSlots(s.tool), toolMember(s.key, s.callID))
+		}
+	}
+	if pipe.Len() == 0 {
+		return nil
+	}
+	_, err := pipe.Exec(ctx)
+	if err != nil {
+		return fmt.Errorf("limits: release %d slots: %w", len(slots), err)
+	}
+	return nil
+}
+
+// Start takes a turn to start a call of tool under its execution rate r,
+// shared by every worker of the tool. It returns 0 when the call may
+// start now, else how long to wait before asking again.
+func (e *Enforcer) Start(ctx context.Context, tool string, r Rate) (wait time.Duration, err error) {
+	res, err := e.rates.Allow(ctx, e.execRate(tool), redisLimit(r))
+	if err != nil {
+		return 0, fmt.Errorf("limits: execution rate of %q: %w", tool, err)
+	}
+	if res.Allowed > 0 {
+		return 0, nil
+	}
+	return max(res.RetryAfter, time.Millisecond), nil
+}
+
+// Use is how many calls of tool are in flight now, by key, as the caps
+// count them (the calls that hold a slot).
+func (e *Enforcer) Use(ctx context.Context, tool string) (map[string]int, error) {
+	members, err := e.rdb.ZRangeByScore(ctx, e.toolSlots(tool), &redis.ZRangeBy{Min: fmt.Sprint(time.Now().UnixMilli()), Max: "+inf"}).Result()
+	if err != nil {
+		return nil, fmt.Errorf("limits: use of %q: %w", tool, err)
+	}
+	use := map[string]int{}
+	for _, m := range members {
+		key, _, _ := strings.Cut(m, " ")
+		use[key]++
+	}
+	return use, nil
+}
+
+// redisLimit is r as redis_rate takes it.
+func redisLimit(r Rate) redis_rate.Limit {
+	return redis_rate.Limit{Rate: r.Events, Period: r.Per, Burst: r.burst()}
+}
