@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/windlass-dev/windlass"
+	"github.com/windlass-dev/windlass/limits"
 )
 
 // Defaults of [Config].
@@ -93,6 +94,10 @@ func New(cfg Config) (*Registry, error) {
 	}
 	return &Registry{cfg: cfg}, nil
 }
+
+// Limits returns the fleet's shared limits over the registry's Redis
+// client, under its prefix (see package limits).
+func (r *Registry) Limits() *limits.Enforcer { return limits.NewEnforcer(r.cfg.Client, r.cfg.Prefix) }
 
 // TTL returns the lease TTL in force.
 func (r *Registry) TTL() time.Duration { return r.cfg.TTL }
