@@ -15,6 +15,7 @@ import (
 	"github.com/windlass-dev/windlass/approval/release"
 	"github.com/windlass-dev/windlass/internal/layout"
 	"github.com/windlass-dev/windlass/internal/retry"
+	"github.com/windlass-dev/windlass/limits"
 	"github.com/windlass-dev/windlass/registry"
 )
 
@@ -29,6 +30,7 @@ type callOptions struct {
 	specHash      string
 	style         windlass.Style
 	allowNoWorker bool
+	key           string
 }
 
 // WithCallID sets the call id, for instance the model's own tool-call id,
@@ -117,6 +119,7 @@ type prepared struct {
 	argsHash string      // the arguments' canonical hash, for a caller's own id
 	opts     callOptions // as the caller set them
 	counted  *counted    // its count in the metrics; nil: metrics off, or counted by another submit
+	held     *heldSlot   // its slot under the limits' caps; nil: none taken here
 }
 
 // prepare checks a call against the view and encodes it. A refusal is a
@@ -134,6 +137,12 @@ func (d *Dispatcher) prepare(ctx context.Context, name string, args any, opts []
 		return nil, &windlass.CallError{Code: windlass.CodeInvalidCall, Message: fmt.Sprintf("Tool name: %v", err)}
 	}
 	call := windlass.ToolCall{ID: o.id, Name: name, Metadata: o.metadata}
+	if o.key != "" && o.key != limits.DefaultKey {
+		if err := limits.ValidateKey(o.key); err != nil {
+			return nil, &windlass.CallError{Code: windlass.CodeInvalidCall, Message: fmt.Sprintf("Key: %v", err)}
+		}
+		call.Key = o.key
+	}
 	if call.ID == "" {
 		call.ID = windlass.NewCallID()
 	} else if err := windlass.ValidateCallID(call.ID); err != nil {
@@ -285,6 +294,9 @@ func (d *Dispatcher) publish(ctx context.Context, p *prepared) (duplicate bool, 
 			return true, conflict(p, rec)
 		}
 	}
+	if err := d.admit(ctx, p); err != nil {
+		return false, err
+	}
 	// Never try to publish past the call's own deadline (Call's ctx ends
 	// there already).
 	pubCtx := ctx
@@ -295,11 +307,17 @@ func (d *Dispatcher) publish(ctx context.Context, p *prepared) (duplicate bool, 
 	}
 	if p.large != nil {
 		if err := d.byReference(pubCtx, p); err != nil {
+			d.unadmit(p)
 			return false, err
 		}
 	}
 	queuedAt := time.Now() // before any worker can take the call
 	ack, retried, err := d.publishDurably(pubCtx, &p.msg)
+	if err != nil || ack.Duplicate && !retried {
+		// Not stored, or the call stored under this id is another submit's,
+		// which took its own slot or none.
+		d.unadmit(p)
+	}
 	if err != nil {
 		return false, &windlass.CallError{Code: windlass.CodeUnavailable, Message: fmt.Sprintf("The fleet could not accept the call: %v", err)}
 	}
@@ -425,7 +443,7 @@ func (d *Dispatcher) Call(ctx context.Context, name string, args any, opts ...Ca
 	p, err := d.prepare(ctx, name, args, opts)
 	if err != nil {
 		r, err := refusal(name, err)
-		d.metrics.Refused(ctx, r)
+		d.metrics.Refused(ctx, r, keyOf(opts))
 		return r, err
 	}
 	d.count(ctx, p)
@@ -518,6 +536,7 @@ func refusal(name string, err error) (windlass.ToolResult, error) {
 	var ce *windlass.CallError
 	if errors.As(err, &ce) {
 		r := windlass.ErrorResult(windlass.ToolCall{Name: name}, ce.Code, ce.Message)
+		r.Error.Retryable, r.Error.RetryAfterMS = ce.Retryable, ce.RetryAfterMS // a limit's advice
 		if ce.Code == windlass.CodeUnavailable {
 			return r, err
 		}
@@ -536,7 +555,7 @@ func (d *Dispatcher) Submit(ctx context.Context, name string, args any, opts ...
 	p, err := d.prepare(ctx, name, args, opts)
 	if err != nil {
 		r, _ := refusal(name, err)
-		d.metrics.Refused(ctx, r)
+		d.metrics.Refused(ctx, r, keyOf(opts))
 		return "", err
 	}
 	d.count(ctx, p) // until its result reaches this instance, whoever reads it

@@ -22,6 +22,7 @@ import (
 	"github.com/windlass-dev/windlass/internal/payload"
 	"github.com/windlass-dev/windlass/internal/retry"
 	"github.com/windlass-dev/windlass/internal/telemetry"
+	"github.com/windlass-dev/windlass/limits"
 	"github.com/windlass-dev/windlass/registry"
 )
 
@@ -72,6 +73,11 @@ type Config struct {
 	// arguments are refused payload_too_large before anything is stored;
 	// a larger result is answered result_too_large. Default 64 MiB.
 	PayloadLimit int64
+	// Limits are the fleet's admission limits per tool × key (see package
+	// limits): checked before a call is published, on counts shared with
+	// every dispatcher on the same Redis. The zero value is the
+	// protective defaults; limits.Unlimited() turns them off.
+	Limits limits.Config
 	// Logger receives the dispatcher's logs. Default: discard.
 	Logger *slog.Logger
 	// TracerProvider traces each call's publish (a producer span, child of
@@ -101,6 +107,8 @@ type Dispatcher struct {
 	inline   int64          // the largest call message sent inline
 	view     *registry.View
 	sub      *nats.Subscription
+
+	admission *admission // Config.Limits, applied
 
 	tracer            telemetry.Tracer
 	metrics           *telemetry.DispatcherMetrics // nil: metrics off
@@ -157,6 +165,9 @@ func (c Config) validate() error {
 	case windlass.ValidateName(c.ID) != nil:
 		return fmt.Errorf("dispatcher: Config.ID %q must match %s (it is a subject token)", c.ID, windlass.NamePattern)
 	}
+	if err := c.Limits.Validate(); err != nil {
+		return fmt.Errorf("dispatcher: Config.Limits: %w", err)
+	}
 	return nil
 }
 
@@ -201,6 +212,11 @@ func New(ctx context.Context, cfg Config) (*Dispatcher, error) {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
 	d.view = view
+	var enforcer *limits.Enforcer
+	if !unlimited(cfg.Limits) {
+		enforcer = cfg.Registry.Limits()
+	}
+	d.admission = newAdmission(cfg.Limits, enforcer, d.done)
 	d.tracer = telemetry.NewTracer(cfg.TracerProvider)
 	d.metrics = telemetry.NewDispatcherMetrics(cfg.MeterProvider)
 	d.unobserveRegistry = d.observeRegistry()
@@ -223,6 +239,7 @@ func (d *Dispatcher) Close() error {
 	}
 	close(d.done)
 	<-d.sweeperDone
+	<-d.admission.done
 	err := d.sub.Unsubscribe()
 	d.dropCounted()
 	d.unobserveRegistry()
@@ -252,6 +269,7 @@ func (d *Dispatcher) onResult(m *nats.Msg) {
 // deliver hands r to the caller waiting for it on this instance, if any.
 func (d *Dispatcher) deliver(r windlass.ToolResult) {
 	d.countResult(r)
+	d.admission.ended(r.CallID)
 	ch, ok := d.pending.LoadAndDelete(r.CallID)
 	if !ok {
 		d.unclaimed.Add(1)
@@ -280,6 +298,7 @@ func (d *Dispatcher) sweepAfterReconnects() {
 		case <-t.C:
 		}
 		d.expireCounted(time.Now())
+		d.admission.expire(time.Now())
 		if !d.cfg.Conn.IsConnected() {
 			continue
 		}
@@ -335,13 +354,22 @@ func (d *Dispatcher) sweep() {
 		}
 		return ctx.Err() == nil
 	})
+	d.admission.slots.Range(func(k, _ any) bool {
+		_, waiting := d.pending.Load(k)
+		_, counting := d.counting.Load(k)
+		if !waiting && !counting {
+			look(k.(string))
+		}
+		return ctx.Err() == nil
+	})
 	for waits := (retry.Policy{Initial: 100 * time.Millisecond}).Waits(); len(again) > 0 && retry.Sleep(ctx, waits.Next()); {
 		ids := again
 		again = nil
 		for _, id := range ids {
 			_, waiting := d.pending.Load(id)
 			_, counting := d.counting.Load(id)
-			if waiting || counting {
+			_, holding := d.admission.slots.Load(id)
+			if waiting || counting || holding {
 				look(id)
 			}
 		}

@@ -93,7 +93,7 @@ func (d *Dispatcher) count(ctx context.Context, p *prepared) {
 		return
 	}
 	// In flight before it is in the map: its result may come at once.
-	c := &counted{inFlight: d.metrics.Start(ctx, p.call.Name), deadline: p.call.Deadline}
+	c := &counted{inFlight: d.metrics.Start(ctx, p.call.Name, p.key()), deadline: p.call.Deadline}
 	if _, loaded := d.counting.LoadOrStore(p.call.ID, c); loaded {
 		c.inFlight.Drop()
 		return

@@ -41,6 +41,7 @@ func runDispatcher(ctx context.Context, args []string, stdout, stderr io.Writer)
 	replicas := intFlag(fs, "replicas", 1, "replicas of the streams when this dispatcher creates them")
 	metricsListen := metricsFlag(fs)
 	mcpPath := stringFlag(fs, "mcp-path", "/mcp", "path of the MCP server (streamable HTTP) beside the API, behind the same API keys; empty: none")
+	readLimits := limitsFlags(fs)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -49,6 +50,10 @@ func runDispatcher(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return &exitError{code: 2, err: fmt.Errorf("dispatcher: unknown argument %q (subcommand: apikey)", pos[0])}
 	}
 	keys, err := readAPIKeys(*apiKeys, *apiKeyFile)
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	lim, err := readLimits()
 	if err != nil {
 		return &exitError{code: 2, err: err}
 	}
@@ -63,7 +68,7 @@ func runDispatcher(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	defer stopTelemetry()
 	d, err := dispatcher.New(ctx, dispatcher.Config{Conn: sess.nc, Registry: sess.reg, ID: sess.dispatcherID, Replicas: *replicas, Logger: sess.log,
-		InlineLimit: int64(*inline), PayloadLimit: int64(*payloadLimit)})
+		InlineLimit: int64(*inline), PayloadLimit: int64(*payloadLimit), Limits: lim})
 	if err != nil {
 		return err
 	}

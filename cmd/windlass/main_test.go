@@ -5,6 +5,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -253,6 +255,33 @@ func TestDevHelpOffersNoIgnoredFlag(t *testing.T) {
 	for _, want := range []string{"-nats-port", "(default -1)", "-redis-url", "-approval-listen", "Usage: windlass dev"} {
 		if !strings.Contains(help, want) {
 			t.Errorf("dev --help lacks %q:\n%s", want, help)
+		}
+	}
+}
+
+// TestBadLimitsAreRefusedAtStart: a dispatcher given limits that break a
+// rule exits 2 before it connects to anything, naming the entry (the
+// file's path to it, or the flag) and the rule.
+func TestBadLimitsAreRefusedAtStart(t *testing.T) {
+	t.Setenv("WINDLASS_NATS_URL", "nats://127.0.0.1:1")
+	bad := filepath.Join(t.TempDir(), "limits.yaml")
+	if err := os.WriteFile(bad, []byte("tools:\n  pay:\n    keys:\n      acme: {rate: 10/fortnight}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"dispatcher", "--limits", bad}, "tools.pay.keys.acme.rate"},
+		{[]string{"dispatcher", "--key-rate", "fast"}, "--key-rate"},
+		{[]string{"dispatcher", "--key-max-in-flight", "-7"}, "--key-max-in-flight -7"},
+		{[]string{"dispatcher", "--no-limits", "--limits", bad}, "pick one"},
+	} {
+		var stdout, stderr bytes.Buffer
+		err := run(t.Context(), tc.args, &stdout, &stderr)
+		var ee *exitError
+		if !errors.As(err, &ee) || ee.code != 2 || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v; want a usage error naming %q", tc.args, err, tc.want)
 		}
 	}
 }

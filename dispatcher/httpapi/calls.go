@@ -82,6 +82,9 @@ func (h *Handler) createCall(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var opts []dispatcher.CallOption
+	if key := keyName(r); key != "" {
+		opts = append(opts, dispatcher.WithKey(key)) // counted against the API key's limits
+	}
 	if req.ID != "" {
 		opts = append(opts, dispatcher.WithCallID(req.ID))
 	}

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/nats-io/nats.go"
 
 	"github.com/windlass-dev/windlass/dispatcher"
@@ -229,9 +230,29 @@ func (h *Handler) mount(pattern string, extra http.Handler) (err error) {
 			err = fmt.Errorf("httpapi: Config.Extra[%q]: %v", pattern, p)
 		}
 	}()
+	if h.keys.Len() > 0 {
+		// The guard checked the key; this hands its name to an MCP
+		// server's tool calls (RequestExtra.TokenInfo.UserID), the key
+		// its calls are counted for.
+		extra = auth.RequireBearerToken(h.tokenInfo, nil)(extra)
+	}
 	h.mux.Handle(pattern, h.guard(extra.ServeHTTP))
 	return nil
 }
+
+// tokenInfo names the API key a token is, for an Extra handler that reads
+// the MCP SDK's token info; the guard has checked the token already.
+func (h *Handler) tokenInfo(_ context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
+	name, ok := h.keys.Lookup(token)
+	if !ok {
+		return nil, auth.ErrInvalidToken
+	}
+	return &auth.TokenInfo{UserID: name, Expiration: time.Now().Add(tokenInfoLifetime)}, nil
+}
+
+// tokenInfoLifetime is how long a token's info is good for: API keys do
+// not expire, and the SDK wants an expiry.
+const tokenInfoLifetime = 24 * time.Hour
 
 // ServeHTTP implements http.Handler.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {

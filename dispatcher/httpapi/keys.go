@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/windlass-dev/windlass/internal/bearer"
+	"github.com/windlass-dev/windlass/limits"
 )
 
 // APIKey is a key a client may present. The service keeps only the key's
@@ -58,6 +59,9 @@ func newKeySet(keys []APIKey) (*bearer.Set, error) {
 		name := k.Name
 		if name == "" && len(hash) >= 8 {
 			name = "key-" + hash[:8]
+		}
+		if err := limits.ValidateKey(name); err != nil {
+			return nil, fmt.Errorf("httpapi: Config.APIKeys[%d]: name %q: it is the key calls are counted for by the fleet's limits: %w", i, name, err)
 		}
 		if seen[name] {
 			return nil, fmt.Errorf("httpapi: Config.APIKeys[%d]: name %q appears twice", i, name)

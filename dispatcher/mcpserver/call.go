@@ -127,8 +127,9 @@ func (h *Handler) call(ctx context.Context, req *mcp.CallToolRequest, t callTarg
 	defer stopSubmit()
 	stopOnClose := context.AfterFunc(h.base, stopSubmit)
 	defer stopOnClose()
+	// The caller's key for the fleet's limits: who the token says it is.
 	_, err := h.d.Submit(submitCtx, t.name, args, dispatcher.WithCallID(id), dispatcher.WithSpecHash(t.hash),
-		dispatcher.WithDeadline(deadline), dispatcher.WithMetadata(meta))
+		dispatcher.WithDeadline(deadline), dispatcher.WithMetadata(meta), dispatcher.WithKey(user))
 	if err != nil {
 		var ce *windlass.CallError
 		if errors.As(err, &ce) {

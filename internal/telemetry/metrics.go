@@ -17,6 +17,8 @@ const (
 	MetricDispatcherCalls    = "windlass.dispatcher.calls"
 	MetricDispatcherDuration = "windlass.dispatcher.call.duration"
 	MetricDispatcherInFlight = "windlass.dispatcher.calls.in_flight"
+	MetricLimitsRefused      = "windlass.dispatcher.limits.refused"
+	MetricLimitsUnenforced   = "windlass.dispatcher.limits.unenforced"
 	MetricLiveWorkers        = "windlass.registry.live_workers"
 	MetricRegistryStaleness  = "windlass.registry.staleness"
 	MetricWorkerCalls        = "windlass.worker.calls"
@@ -52,10 +54,12 @@ func must[T any](v T, _ error) T { return v }
 // DispatcherMetrics are the dispatcher's instruments. A nil
 // *DispatcherMetrics (metrics off) records nothing.
 type DispatcherMetrics struct {
-	calls    metric.Int64Counter
-	duration metric.Float64Histogram
-	inFlight metric.Int64UpDownCounter
-	meter    metric.Meter
+	calls      metric.Int64Counter
+	duration   metric.Float64Histogram
+	inFlight   metric.Int64UpDownCounter
+	limited    metric.Int64Counter
+	unenforced metric.Int64Counter
+	meter      metric.Meter
 }
 
 // NewDispatcherMetrics creates the dispatcher's instruments on mp (nil: the
@@ -73,18 +77,38 @@ func NewDispatcherMetrics(mp metric.MeterProvider) *DispatcherMetrics {
 			metric.WithDescription("Time from a call's submission to its outcome (its result reaching this dispatcher, or the timeout or cancellation its caller saw)."))),
 		inFlight: must(m.Int64UpDownCounter(MetricDispatcherInFlight, metric.WithUnit("{call}"),
 			metric.WithDescription("Calls published by this dispatcher and not finished yet."))),
+		limited: must(m.Int64Counter(MetricLimitsRefused, metric.WithUnit("{call}"),
+			metric.WithDescription("Calls refused by the fleet's limits before they were queued, by tool, key and reason (rate, in_flight, tool_queue, calls_stream)."))),
+		unenforced: must(m.Int64Counter(MetricLimitsUnenforced, metric.WithUnit("{call}"),
+			metric.WithDescription("Calls admitted without their limits checked because Redis could not be asked (admission limits fail open), by tool."))),
 	}
+}
+
+// Limited counts a call refused by a limit. Nil-safe.
+func (m *DispatcherMetrics) Limited(ctx context.Context, tool, key, reason string) {
+	if m == nil {
+		return
+	}
+	m.limited.Add(ctx, 1, metric.WithAttributes(Tool.String(tool), Key.String(key), Reason.String(reason)))
+}
+
+// Unenforced counts a call admitted with its limits unchecked. Nil-safe.
+func (m *DispatcherMetrics) Unenforced(ctx context.Context, tool string) {
+	if m == nil {
+		return
+	}
+	m.unenforced.Add(ctx, 1, metric.WithAttributes(Tool.String(tool)))
 }
 
 // Start counts a call in flight until its [CallInFlight.Done] or
 // [CallInFlight.Drop], whichever comes first. Nil-safe: with metrics off it returns nil, whose
 // methods do nothing.
-func (m *DispatcherMetrics) Start(ctx context.Context, tool string) *CallInFlight {
+func (m *DispatcherMetrics) Start(ctx context.Context, tool, key string) *CallInFlight {
 	if m == nil {
 		return nil
 	}
-	c := &CallInFlight{m: m, ctx: context.WithoutCancel(ctx), tool: tool, start: time.Now()}
-	m.inFlight.Add(c.ctx, 1, metric.WithAttributes(Tool.String(tool)))
+	c := &CallInFlight{m: m, ctx: context.WithoutCancel(ctx), tool: tool, key: key, start: time.Now()}
+	m.inFlight.Add(c.ctx, 1, metric.WithAttributes(Tool.String(tool), Key.String(key)))
 	return c
 }
 
@@ -95,6 +119,7 @@ type CallInFlight struct {
 	m     *DispatcherMetrics
 	ctx   context.Context // the caller's, for exemplars; never canceled
 	tool  string
+	key   string
 	start time.Time
 	out   atomic.Bool // out of flight already
 }
@@ -107,7 +132,7 @@ func (c *CallInFlight) Done(r windlass.ToolResult) {
 		return
 	}
 	c.Drop()
-	attrs := metric.WithAttributeSet(attribute.NewSet(Tool.String(c.tool), Outcome.String(OutcomeOf(r))))
+	attrs := metric.WithAttributeSet(attribute.NewSet(Tool.String(c.tool), Key.String(c.key), Outcome.String(OutcomeOf(r))))
 	c.m.calls.Add(c.ctx, 1, attrs)
 	c.m.duration.Record(c.ctx, time.Since(c.start).Seconds(), attrs)
 }
@@ -118,15 +143,15 @@ func (c *CallInFlight) Drop() {
 	if c == nil || c.out.Swap(true) {
 		return
 	}
-	c.m.inFlight.Add(c.ctx, -1, metric.WithAttributes(Tool.String(c.tool)))
+	c.m.inFlight.Add(c.ctx, -1, metric.WithAttributes(Tool.String(c.tool), Key.String(c.key)))
 }
 
 // Refused counts a call refused before it was published. Nil-safe.
-func (m *DispatcherMetrics) Refused(ctx context.Context, r windlass.ToolResult) {
+func (m *DispatcherMetrics) Refused(ctx context.Context, r windlass.ToolResult, key string) {
 	if m == nil {
 		return
 	}
-	m.calls.Add(ctx, 1, metric.WithAttributes(Tool.String(r.Name), Outcome.String(OutcomeOf(r))))
+	m.calls.Add(ctx, 1, metric.WithAttributes(Tool.String(r.Name), Key.String(key), Outcome.String(OutcomeOf(r))))
 }
 
 // ObserveRegistry registers the live-workers-per-tool and staleness gauges,

@@ -36,13 +36,16 @@ const (
 
 	// Tool names the tool on metrics.
 	Tool = attribute.Key("tool")
+	// Key is the caller's key (package limits) on metrics and spans.
+	Key = attribute.Key("key")
 	// Outcome is "ok" or the result's error code on metrics.
 	Outcome = attribute.Key("outcome")
 	// Decision is how a held call ended: approved, rejected, expired,
 	// canceled.
 	Decision = attribute.Key("decision")
 	// Reason is why a worker refused a message (no_release, bad_signature,
-	// reused, …): release.Reason.
+	// reused, …): release.Reason; or which limit refused a call (rate,
+	// in_flight, tool_queue, calls_stream): limits.Reason.
 	Reason = attribute.Key("reason")
 	// CallID is the call id on the approval hold's span.
 	CallID = attribute.Key("windlass.call.id")

@@ -1,0 +1,195 @@
+package dispatcher
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/windlass-dev/windlass"
+	"github.com/windlass-dev/windlass/limits"
+)
+
+// WithKey names the caller the call is counted for by the fleet's limits
+// (see package limits): a tenant, an API key's name. Default:
+// limits.DefaultKey, shared by every caller that names none. It is a
+// metric label: name callers, not requests.
+func WithKey(key string) CallOption { return func(o *callOptions) { o.key = key } }
+
+// admission applies Config.Limits before a call is published: it holds
+// the slots of the calls admitted here until their results reach this
+// instance (see package limits).
+type admission struct {
+	cfg      limits.Config
+	enforcer *limits.Enforcer // nil: no limits at all
+	slots    sync.Map         // call id -> *heldSlot
+	release  chan *limits.Slot
+	done     chan struct{} // closed when the releaser has stopped
+}
+
+// heldSlot is a slot this instance took for a call, until lapse.
+type heldSlot struct {
+	slot  *limits.Slot
+	lapse time.Time
+}
+
+// slotGrace is how long past its deadline a call's slot lapses when no
+// result frees it: as resultGrace, by when no worker still runs it.
+const slotGrace = resultGrace
+
+// releaseBatch bounds the slots freed in one Redis round trip.
+const releaseBatch = 256
+
+// newAdmission returns the admission of cfg over enforcer; its releaser
+// runs until stop is closed.
+func newAdmission(cfg limits.Config, enforcer *limits.Enforcer, stop <-chan struct{}) *admission {
+	a := &admission{cfg: cfg, enforcer: enforcer, release: make(chan *limits.Slot, 4*releaseBatch), done: make(chan struct{})}
+	if enforcer == nil {
+		close(a.done)
+		return a
+	}
+	go a.releaser(stop)
+	return a
+}
+
+// unlimited reports that no admission limit applies to any call (the
+// calls stream's bound still may).
+func unlimited(c limits.Config) bool {
+	return len(c.Tools) == 0 && len(c.Keys) == 0 && c.Default.Rate.IsZero() &&
+		c.Default.MaxInFlight == limits.NoLimit && c.MaxQueued == limits.NoLimit
+}
+
+// admit decides whether p may be published now. A refusal is a
+// *windlass.CallError (rate_limited or overloaded, with a retry-after);
+// an admitted call may hold a slot (p.slot). While Redis cannot be asked
+// the call is admitted: admission limits fail open (see package limits).
+func (d *Dispatcher) admit(ctx context.Context, p *prepared) error {
+	a := d.admission
+	if a.enforcer == nil {
+		return nil
+	}
+	tool, key := p.call.Name, p.key()
+	l := a.cfg.For(tool, key)
+	toolMax := a.cfg.ToolMaxQueued(tool)
+	if l.Rate.IsZero() && l.MaxInFlight <= 0 && toolMax <= 0 {
+		return nil
+	}
+	lapse := p.call.Deadline.Add(slotGrace)
+	dec, err := a.enforcer.Admit(ctx, tool, key, p.call.ID, lapse, l, toolMax)
+	if err != nil {
+		d.metrics.Unenforced(ctx, tool)
+		d.cfg.Logger.WarnContext(ctx, "dispatcher: limits could not be checked; the call is admitted unlimited (admission limits fail open)", "tool", tool, "key", key, "error", err)
+		return nil
+	}
+	if !dec.Allowed {
+		d.metrics.Limited(ctx, tool, key, string(dec.Reason))
+		return refusedByLimit(p.call.Name, key, dec, l, toolMax)
+	}
+	if dec.Slot != nil {
+		p.held = &heldSlot{slot: dec.Slot, lapse: lapse}
+		a.slots.Store(p.call.ID, p.held)
+	}
+	return nil
+}
+
+// refusedByLimit is the refusal of a call dec did not admit.
+func refusedByLimit(tool, key string, dec limits.Decision, l limits.Limit, toolMax int) *windlass.CallError {
+	after := max(dec.RetryAfter, time.Millisecond).Round(time.Millisecond)
+	var code windlass.ErrorCode
+	var why string
+	switch dec.Reason {
+	case limits.ReasonRate:
+		code, why = windlass.CodeRateLimited, fmt.Sprintf("key %q is over its rate for tool %q (%s)", key, tool, l.Rate)
+	case limits.ReasonInFlight:
+		code, why = windlass.CodeRateLimited, fmt.Sprintf("key %q already has %d calls of tool %q queued or running, its limit", key, l.MaxInFlight, tool)
+	default:
+		code, why = windlass.CodeOverloaded, fmt.Sprintf("tool %q already has %d calls queued or running, its limit for all callers together", tool, toolMax)
+	}
+	return &windlass.CallError{Code: code, Retryable: true, RetryAfterMS: after.Milliseconds(), Message: fmt.Sprintf(
+		"The call was not queued: %s. Try again after %s.", why, after)}
+}
+
+// unadmit frees the slot p took when p was not published after all, or
+// is not the call stored under its id (which held no slot).
+func (d *Dispatcher) unadmit(p *prepared) {
+	if p.held != nil && d.admission.slots.CompareAndDelete(p.call.ID, p.held) {
+		d.admission.free(p.held.slot)
+	}
+	p.held = nil
+}
+
+// key is the call's key: its own, or the shared default.
+func (p *prepared) key() string {
+	if p.call.Key == "" {
+		return limits.DefaultKey
+	}
+	return p.call.Key
+}
+
+// keyOf is the key opts name, for counting a call refused before it was
+// prepared.
+func keyOf(opts []CallOption) string {
+	var o callOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.key == "" {
+		return limits.DefaultKey
+	}
+	return o.key
+}
+
+// ended frees the slot of a call whose result reached this instance.
+func (a *admission) ended(callID string) {
+	if v, ok := a.slots.LoadAndDelete(callID); ok {
+		a.free(v.(*heldSlot).slot)
+	}
+}
+
+// free hands a slot to the releaser. When it is behind, the slot is left
+// to lapse on its own rather than hold up a result.
+func (a *admission) free(s *limits.Slot) {
+	select {
+	case a.release <- s:
+	default:
+	}
+}
+
+// releaser frees slots in batches, one Redis round trip each, until stop.
+func (a *admission) releaser(stop <-chan struct{}) {
+	defer close(a.done)
+	batch := make([]*limits.Slot, 0, releaseBatch)
+	for {
+		select {
+		case <-stop:
+			return
+		case s := <-a.release:
+			batch = append(batch[:0], s)
+		}
+	more:
+		for len(batch) < releaseBatch {
+			select {
+			case s := <-a.release:
+				batch = append(batch, s)
+			default:
+				break more
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+		_ = a.enforcer.Release(ctx, batch...) // a slot not freed lapses on its own
+		cancel()
+	}
+}
+
+// releaseTimeout bounds one batch of releases.
+const releaseTimeout = 2 * time.Second
+
+// expire forgets the slots that lapsed by now: Redis dropped them already.
+func (a *admission) expire(now time.Time) {
+	a.slots.Range(func(k, v any) bool {
+		if now.After(v.(*heldSlot).lapse) {
+			a.slots.CompareAndDelete(k, v)
+		}
+		return true
+	})
+}

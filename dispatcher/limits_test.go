@@ -1,0 +1,224 @@
+package dispatcher_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/windlass-dev/windlass"
+	"github.com/windlass-dev/windlass/dispatcher"
+	"github.com/windlass-dev/windlass/internal/fleettest"
+	"github.com/windlass-dev/windlass/limits"
+	"github.com/windlass-dev/windlass/worker"
+)
+
+// refusedWith reports err's code and retry-after when it is a refusal by
+// a limit.
+func refusedWith(err error) (windlass.ErrorCode, time.Duration) {
+	var ce *windlass.CallError
+	if !errors.As(err, &ce) {
+		return "", 0
+	}
+	return ce.Code, ce.RetryAfter()
+}
+
+// TestReplicasShareAKeysRate: two dispatcher replicas enforce one rate
+// per tool × key between them: the sum of what both admit, not each's.
+func TestReplicasShareAKeysRate(t *testing.T) {
+	t.Parallel()
+	f := fleettest.New(t)
+	echo := windlass.MustFunc("echo", func(ctx context.Context, in struct{}) (string, error) { return "ok", nil })
+	f.StartWorker(worker.Config{}, echo)
+	// 4 calls at once, then one a minute: within this test, 4 in all.
+	cfg := dispatcher.Config{Limits: limits.Config{Keys: map[string]limits.Limit{"acme": {Rate: limits.PerMinute(1).WithBurst(4)}}}}
+	a, b := f.Dispatcher(cfg), f.Dispatcher(cfg)
+	fleettest.WaitCatalog(t, a, "echo")
+	fleettest.WaitCatalog(t, b, "echo")
+
+	start := time.Now()
+	admitted, refused := 0, 0
+	for i := range 12 {
+		d := []*dispatcher.Dispatcher{a, b}[i%2]
+		_, err := d.Submit(t.Context(), "echo", `{}`, dispatcher.WithKey("acme"))
+		switch code, after := refusedWith(err); {
+		case err == nil:
+			admitted++
+		case code == windlass.CodeRateLimited && after > 0:
+			refused++
+		default:
+			t.Fatalf("submit %d: %v (code %q, retry after %s), want admitted or rate_limited with a retry-after", i, err, code, after)
+		}
+	}
+	if elapsed := time.Since(start); elapsed < time.Minute && (admitted != 4 || refused != 8) {
+		t.Errorf("two replicas admitted %d and refused %d of 12 calls of key acme in %s; want 4 and 8 (the key's burst, shared)", admitted, refused, elapsed)
+	}
+	// Another key is not charged for acme's calls.
+	if _, err := b.Submit(t.Context(), "echo", `{}`, dispatcher.WithKey("other")); err != nil {
+		t.Errorf("another key's call: %v, want admitted", err)
+	}
+	// Call, not only Submit, carries the advice in its result.
+	r, err := a.Call(t.Context(), "echo", `{}`, dispatcher.WithKey("acme"))
+	if err != nil || r.Code() != windlass.CodeRateLimited || r.Error.RetryAfter() <= 0 || !r.Error.Retryable {
+		t.Errorf("Call over the rate = %+v, %v; want a rate_limited result, retryable, with a retry-after", r.Error, err)
+	}
+}
+
+// TestFloodingKeyIsRefusedOthersAreServed: a key that floods a tool is
+// refused past its cap of calls in flight, while another key's call of
+// the same tool is admitted and answered at once; when the flood's calls
+// end, their slots are free again.
+func TestFloodingKeyIsRefusedOthersAreServed(t *testing.T) {
+	t.Parallel()
+	f := fleettest.New(t)
+	release := make(chan struct{})
+	var started atomic.Int64
+	work := windlass.MustFunc("work", func(ctx context.Context, in struct {
+		Block bool `json:"block"`
+	}) (string, error) {
+		if in.Block {
+			started.Add(1)
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return "", ctx.Err()
+			}
+		}
+		return "done", nil
+	})
+	f.StartWorker(worker.Config{MaxConcurrency: 16}, work)
+	const capacity = 5
+	d := f.Dispatcher(dispatcher.Config{Limits: limits.Config{Default: limits.Limit{MaxInFlight: capacity}}})
+	fleettest.WaitCatalog(t, d, "work")
+
+	var flood []string
+	refused := 0
+	for i := range 40 {
+		id, err := d.Submit(t.Context(), "work", `{"block":true}`, dispatcher.WithKey("flood"))
+		switch code, _ := refusedWith(err); {
+		case err == nil:
+			flood = append(flood, id)
+		case code == windlass.CodeRateLimited:
+			refused++
+		default:
+			t.Fatalf("flood submit %d: %v", i, err)
+		}
+	}
+	if len(flood) != capacity || refused != 40-capacity {
+		t.Fatalf("flood: %d admitted, %d refused; want %d and %d", len(flood), refused, capacity, 40-capacity)
+	}
+	fleettest.WaitFor(t, 30*time.Second, "the flood's calls running", func() bool { return started.Load() == capacity })
+
+	// Another tenant is admitted and answered while the flood holds its cap.
+	const bound = 10 * time.Second // a call of an instant tool, on a loaded machine
+	ctx, cancel := context.WithTimeout(t.Context(), bound)
+	defer cancel()
+	begin := time.Now()
+	r, err := d.Call(ctx, "work", `{"block":false}`, dispatcher.WithKey("calm"))
+	if err != nil || r.IsError {
+		t.Fatalf("the other key's call = %+v, %v; want answered", r, err)
+	}
+	t.Logf("the other key's call was answered in %s while the flood held its cap", time.Since(begin))
+
+	// The flood's calls end: their slots are freed by their results.
+	close(release)
+	for _, id := range flood {
+		if _, err := d.Wait(t.Context(), id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fleettest.WaitFor(t, 30*time.Second, "the flood key admitted again after its calls ended", func() bool {
+		_, err := d.Submit(t.Context(), "work", `{"block":false}`, dispatcher.WithKey("flood"))
+		return err == nil
+	})
+}
+
+// TestToolCapIsOverloaded: past a tool's cap of calls queued or running,
+// all keys together, a call is refused overloaded, and nothing of it is
+// stored: its id is unknown to the fleet.
+func TestToolCapIsOverloaded(t *testing.T) {
+	t.Parallel()
+	f := fleettest.New(t)
+	e := windlass.MustFunc("echo", func(ctx context.Context, in struct{}) (string, error) { return "ok", nil })
+	w := f.StartWorker(worker.Config{}, e)
+	d := f.Dispatcher(dispatcher.Config{Limits: limits.Config{Tools: map[string]limits.ToolLimits{"echo": {MaxQueued: 3}}}})
+	fleettest.WaitCatalog(t, d, "echo")
+	if err := w.Stop(); err != nil { // the calls stay queued
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if _, err := d.Submit(t.Context(), "echo", `{}`, dispatcher.WithKey(fmt.Sprintf("k%d", i)), dispatcher.AllowNoWorker()); err != nil {
+			t.Fatalf("call %d under the tool's cap: %v", i, err)
+		}
+	}
+	_, err := d.Submit(t.Context(), "echo", `{}`, dispatcher.WithKey("k9"), dispatcher.WithCallID("over-the-cap"), dispatcher.AllowNoWorker())
+	if code, after := refusedWith(err); code != windlass.CodeOverloaded || after <= 0 {
+		t.Fatalf("a 4th call of the tool = %v; want overloaded with a retry-after", err)
+	}
+	st, err := d.Status(t.Context(), "over-the-cap")
+	if err != nil || st.State != dispatcher.StateUnknown {
+		t.Errorf("status of the refused call = %+v, %v; want unknown (nothing stored)", st, err)
+	}
+}
+
+// TestResubmitHoldsOneSlot: submitting the same call id again is the
+// same call: admitted without a second slot.
+func TestResubmitHoldsOneSlot(t *testing.T) {
+	t.Parallel()
+	f := fleettest.New(t)
+	e := windlass.MustFunc("echo", func(ctx context.Context, in struct{}) (string, error) { return "ok", nil })
+	w := f.StartWorker(worker.Config{}, e)
+	d := f.Dispatcher(dispatcher.Config{Limits: limits.Config{Default: limits.Limit{MaxInFlight: 1}}})
+	fleettest.WaitCatalog(t, d, "echo")
+	if err := w.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if _, err := d.Submit(t.Context(), "echo", `{}`, dispatcher.WithCallID("same"), dispatcher.AllowNoWorker()); err != nil {
+			t.Fatalf("submit %d of the same call: %v", i, err)
+		}
+	}
+	if _, err := d.Submit(t.Context(), "echo", `{}`, dispatcher.AllowNoWorker()); err == nil {
+		t.Error("a second call under a cap of 1 was admitted")
+	}
+}
+
+// TestAdmissionFailsOpenWithoutRedis: while Redis is unreachable the
+// admission limits are not enforced: calls are admitted (the documented
+// policy), not refused or failed.
+func TestAdmissionFailsOpenWithoutRedis(t *testing.T) {
+	t.Parallel()
+	f := fleettest.New(t)
+	e := windlass.MustFunc("echo", func(ctx context.Context, in struct{}) (string, error) { return "ok", nil })
+	f.StartWorker(worker.Config{}, e)
+	d := f.Dispatcher(dispatcher.Config{Limits: limits.Config{Default: limits.Limit{MaxInFlight: 1, Rate: limits.PerMinute(1)}}})
+	fleettest.WaitCatalog(t, d, "echo")
+	f.Redis.Stop()
+	for i := range 3 {
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		r, err := d.Call(ctx, "echo", `{}`, dispatcher.AllowNoWorker())
+		cancel()
+		if err != nil || r.IsError {
+			t.Fatalf("call %d with Redis down = %+v, %v; want admitted and answered (admission fails open)", i, r.Error, err)
+		}
+	}
+}
+
+// TestInvalidKeyIsRefused: a key that breaks the rule is refused
+// invalid_call, naming the rule.
+func TestInvalidKeyIsRefused(t *testing.T) {
+	t.Parallel()
+	f := fleettest.New(t)
+	e := windlass.MustFunc("echo", func(ctx context.Context, in struct{}) (string, error) { return "ok", nil })
+	f.StartWorker(worker.Config{}, e)
+	d := f.Dispatcher(dispatcher.Config{})
+	fleettest.WaitCatalog(t, d, "echo")
+	_, err := d.Submit(t.Context(), "echo", `{}`, dispatcher.WithKey("two words"))
+	var ce *windlass.CallError
+	if !errors.As(err, &ce) || ce.Code != windlass.CodeInvalidCall || ce.Message == "" {
+		t.Fatalf("a key with a space = %v; want invalid_call naming the rule", err)
+	}
+	t.Log(ce.Message)
+}

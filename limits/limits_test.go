@@ -1,0 +1,146 @@
+package limits_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/windlass-dev/windlass/internal/fleettest"
+	"github.com/windlass-dev/windlass/internal/testserver"
+	"github.com/windlass-dev/windlass/limits"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestParseRate(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want limits.Rate
+		err  string
+	}{
+		{in: "10/s", want: limits.PerSecond(10)},
+		{in: "600/m", want: limits.PerMinute(600)},
+		{in: "5/h burst 2", want: limits.Rate{Events: 5, Per: time.Hour, Burst: 2}},
+		{in: "none"},
+		{in: ""},
+		{in: "10", err: "want N/s, N/m or N/h"},
+		{in: "10/x", err: "want N/s, N/m or N/h"},
+		{in: "0/s", err: "N from 1"},
+		{in: "-3/s", err: "N from 1"},
+		{in: "10/s burst 0", err: "burst must be a whole number"},
+		{in: "10/s burst lots", err: "burst must be a whole number"},
+	} {
+		got, err := limits.ParseRate(tc.in)
+		switch {
+		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+			t.Errorf("ParseRate(%q) = %v, %v; want an error with %q", tc.in, got, err, tc.err)
+		case tc.err == "" && (err != nil || got != tc.want):
+			t.Errorf("ParseRate(%q) = %v, %v; want %v", tc.in, got, err, tc.want)
+		}
+		if err == nil && !got.IsZero() {
+			if back, err := limits.ParseRate(got.String()); err != nil || back.Events != got.Events || back.Per != got.Per {
+				t.Errorf("ParseRate(%q).String() = %q does not read back: %v, %v", tc.in, got, back, err)
+			}
+		}
+	}
+}
+
+// TestForPicksTheMostSpecificEntry: each field of a key's limit for a
+// tool comes from the most specific entry that sets it.
+func TestForPicksTheMostSpecificEntry(t *testing.T) {
+	c, err := limits.Parse([]byte(`
+default: {rate: 50/s, max_in_flight: 100}
+keys:
+  batch: {max_in_flight: 5000}
+tools:
+  pay:
+    max_queued: 20
+    default: {rate: 1/s}
+    keys:
+      acme: {rate: 10/s, burst: 20}
+max_queued: 300
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		tool, key string
+		want      limits.Limit
+	}{
+		{"other", "anyone", limits.Limit{Rate: limits.PerSecond(50), MaxInFlight: 100}},
+		{"other", "batch", limits.Limit{Rate: limits.PerSecond(50), MaxInFlight: 5000}},
+		{"pay", "anyone", limits.Limit{Rate: limits.PerSecond(1), MaxInFlight: 100}},
+		{"pay", "batch", limits.Limit{Rate: limits.PerSecond(1), MaxInFlight: 5000}},
+		{"pay", "acme", limits.Limit{Rate: limits.PerSecond(10).WithBurst(20), MaxInFlight: 100}},
+	} {
+		if got := c.For(tc.tool, tc.key); got != tc.want {
+			t.Errorf("For(%q, %q) = %+v, want %+v", tc.tool, tc.key, got, tc.want)
+		}
+	}
+	if got := c.ToolMaxQueued("pay"); got != 20 {
+		t.Errorf("ToolMaxQueued(pay) = %d, want 20", got)
+	}
+	if got := c.ToolMaxQueued("other"); got != 300 {
+		t.Errorf("ToolMaxQueued(other) = %d, want 300", got)
+	}
+	var zero limits.Config
+	if got := zero.For("t", "k"); got.MaxInFlight != limits.DefaultMaxInFlight || !got.Rate.IsZero() {
+		t.Errorf("the zero Config's limit = %+v, want the default cap and no rate", got)
+	}
+	if zero.ToolMaxQueued("t") != limits.DefaultMaxQueued || zero.StreamMaxQueued() != limits.DefaultMaxQueuedCalls {
+		t.Error("the zero Config does not have the default caps")
+	}
+	if u := limits.Unlimited(); u.For("t", "k").MaxInFlight != limits.NoLimit || u.ToolMaxQueued("t") != limits.NoLimit || u.StreamMaxQueued() != limits.NoLimit {
+		t.Error("Unlimited has a limit")
+	}
+}
+
+// TestBadFilesNameTheEntryAndTheRule: a limits file with a mistake is
+// refused with the entry's path and the rule it breaks.
+func TestBadFilesNameTheEntryAndTheRule(t *testing.T) {
+	for _, tc := range []struct{ file, want string }{
+		{`default: {rate: 10/x}`, "default.rate"},
+		{`tools: {pay: {keys: {acme: {max_in_flight: -5}}}}`, "tools.pay.keys.acme.max_in_flight: must be a positive number"},
+		{`tools: {"bad name": {max_queued: 3}}`, `tools["bad name"]`},
+		{`keys: {"a b": {max_in_flight: 3}}`, `keys["a b"]`},
+		{`keys: {acme: {burst: 3}}`, "keys.acme.burst: a burst needs a rate"},
+		{`max_queued_calls: -2`, "max_queued_calls: must be a positive number"},
+		{`default: {rat: 10/s}`, "field rat not found"},
+	} {
+		_, err := limits.Parse([]byte(tc.file))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Parse(%s) = %v, want an error with %q", tc.file, err, tc.want)
+		}
+	}
+}
+
+// TestSlotLapsesWithoutRelease: a slot nobody releases (its dispatcher
+// died) lapses at the time it was given, and frees its place.
+func TestSlotLapsesWithoutRelease(t *testing.T) {
+	t.Parallel()
+	r := testserver.StartRedis(t)
+	e := limits.NewEnforcer(r.Client(t), "test:")
+	ctx := context.Background()
+	l := limits.Limit{MaxInFlight: 1}
+	dec, err := e.Admit(ctx, "t", "k", "c1", time.Now().Add(300*time.Millisecond), l, limits.NoLimit)
+	if err != nil || !dec.Allowed || dec.Slot == nil {
+		t.Fatalf("first call: %+v, %v", dec, err)
+	}
+	if dec, err := e.Admit(ctx, "t", "k", "c2", time.Now().Add(time.Minute), l, limits.NoLimit); err != nil || dec.Allowed || dec.Reason != limits.ReasonInFlight {
+		t.Fatalf("second call under a cap of 1: %+v, %v; want refused in_flight", dec, err)
+	}
+	fleettest.WaitFor(t, 30*time.Second, "the first slot lapsed", func() bool {
+		dec, err := e.Admit(ctx, "t", "k", "c2", time.Now().Add(time.Minute), l, limits.NoLimit)
+		return err == nil && dec.Allowed
+	})
+	use, err := e.Use(ctx, "t")
+	if err != nil || use["k"] != 1 {
+		t.Errorf("Use = %v, %v; want k: 1", use, err)
+	}
+	if err := e.Release(ctx, dec.Slot); err != nil {
+		t.Fatal(err)
+	}
+}
