@@ -45,6 +45,9 @@ type Event struct {
 	RetryAt time.Time `json:"retry_at,omitzero"`
 	// Deadline is the call's deadline (queued).
 	Deadline time.Time `json:"deadline,omitzero"`
+	// Key is the key the call is counted for by the fleet's limits (see
+	// ToolCall.Key; absent: the shared default).
+	Key string `json:"key,omitempty"`
 	// Origin is the dispatcher instance that receives the result (queued).
 	Origin string `json:"origin,omitempty"`
 	// ArgsHash is the canonical hash of the call's arguments (queued, for

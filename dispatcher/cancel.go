@@ -85,7 +85,7 @@ func (d *Dispatcher) Cancel(ctx context.Context, callID, reason string) error {
 	m := &nats.Msg{Subject: layout.ResultSubject(origin, callID), Data: res, Header: nats.Header{
 		nats.MsgIdHdr: []string{layout.ResultMsgID(callID)}, layout.HeaderProtocol: []string{protocolVersion},
 	}}
-	layout.SetCallRecord(m.Header, k.rec.queuedAt, k.rec.deadline, k.rec.argsHash)
+	layout.SetCallRecord(m.Header, k.rec.queuedAt, k.rec.deadline, k.rec.argsHash, k.rec.key)
 	ack, err := d.js.PublishMsg(ctx, m)
 	if err != nil {
 		// The cancellation is recorded: the worker that holds or pulls

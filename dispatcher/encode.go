@@ -11,12 +11,12 @@ import (
 // encodeCall is json.Marshal(call) for a call prepare has checked, in one
 // buffer and without re-scanning the arguments: its id and name are
 // validated (printable ASCII without '"' or '\', and the tool-name
-// alphabet), a spec hash that needs escaping (a caller's own, see
-// WithSpecHash) or a deadline outside years 0-9999 takes json.Marshal, and its arguments were parsed by the
+// alphabet), a spec hash or key that needs escaping (a caller's own, see
+// WithSpecHash and WithKey) or a deadline outside years 0-9999 takes json.Marshal, and its arguments were parsed by the
 // schema's validation, so they are valid JSON and are copied as they are.
 // Metadata, free text, goes through encoding/json.
 func encodeCall(call windlass.ToolCall) ([]byte, error) {
-	if y := call.Deadline.Year(); !call.Deadline.IsZero() && (y < 0 || y > 9999) || !plain(call.SpecHash) {
+	if y := call.Deadline.Year(); !call.Deadline.IsZero() && (y < 0 || y > 9999) || !plain(call.SpecHash) || !plain(call.Key) {
 		return json.Marshal(call) // its own errors and escaping
 	}
 	args := bytes.TrimSpace(call.Arguments)
@@ -48,6 +48,11 @@ func encodeCall(call windlass.ToolCall) ([]byte, error) {
 		}
 		b = append(b, `,"metadata":`...)
 		b = append(b, m...)
+	}
+	if call.Key != "" {
+		b = append(b, `,"key":"`...)
+		b = append(b, call.Key...)
+		b = append(b, '"')
 	}
 	return append(b, '}'), nil
 }

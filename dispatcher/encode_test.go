@@ -22,6 +22,8 @@ func TestEncodeCall(t *testing.T) {
 		{"spaced arguments", windlass.ToolCall{ID: "x", Name: "echo", Arguments: json.RawMessage(" {\n \"text\" : \"<b>&é\\u0000\" } \n")}},
 		{"everything", windlass.ToolCall{ID: "toolu_01~!@#$%^&*()", Name: "t-1_x", Arguments: json.RawMessage(`{}`), Deadline: dl, SpecHash: "0f3c",
 			Metadata: map[string]string{"requester": "ana \"<x>\"", "é": "\n"}}},
+		{"a key", windlass.ToolCall{ID: "a", Name: "b", Arguments: json.RawMessage(`{}`), Key: "tenant-7@acme"}},
+		{"a key that json.Marshal escapes", windlass.ToolCall{ID: "a", Name: "b", Arguments: json.RawMessage(`{}`), Key: "a<b>&c"}},
 		{"a caller's odd spec hash", windlass.ToolCall{ID: "a", Name: "b", Arguments: json.RawMessage(`{}`), SpecHash: "\"<\\\x01"}},
 		{"a deadline past 9999", windlass.ToolCall{ID: "a", Name: "b", Arguments: json.RawMessage(`{}`), Deadline: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)}},
 		{"a zone", windlass.ToolCall{ID: "a", Name: "b", Arguments: json.RawMessage(`{}`), Deadline: dl.In(time.FixedZone("x", 3600))}},

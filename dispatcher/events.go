@@ -31,7 +31,7 @@ import (
 // returns it with taken true.
 func (d *Dispatcher) publishQueued(ctx context.Context, p *prepared, at time.Time) (existing windlass.Event, taken bool) {
 	call := p.call
-	e := windlass.Event{CallID: call.ID, Kind: windlass.EventQueued, Tool: call.Name, Time: at, Deadline: call.Deadline, Origin: d.cfg.ID, ArgsHash: p.argsHash}
+	e := windlass.Event{CallID: call.ID, Kind: windlass.EventQueued, Tool: call.Name, Time: at, Deadline: call.Deadline, Origin: d.cfg.ID, ArgsHash: p.argsHash, Key: call.Key}
 	data, err := json.Marshal(e)
 	if err != nil {
 		return windlass.Event{}, false
@@ -316,7 +316,7 @@ func (d *Dispatcher) deleteWatchConsumer(ctx context.Context, callID string, con
 
 // queuedEvent is the queued event of a call's record.
 func queuedEvent(callID string, rec callRecord) windlass.Event {
-	return windlass.Event{CallID: callID, Kind: windlass.EventQueued, Tool: rec.tool, Time: rec.queuedAt, Deadline: rec.deadline, Origin: rec.origin, ArgsHash: rec.argsHash}
+	return windlass.Event{CallID: callID, Kind: windlass.EventQueued, Tool: rec.tool, Time: rec.queuedAt, Deadline: rec.deadline, Origin: rec.origin, ArgsHash: rec.argsHash, Key: rec.key}
 }
 
 // eventOrder yields a call's events with its queued event first. Watch

@@ -13,6 +13,8 @@ import (
 	"github.com/windlass-dev/windlass/internal/fleettest"
 	"github.com/windlass-dev/windlass/limits"
 	"github.com/windlass-dev/windlass/worker"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 )
 
 // refusedWith reports err's code and retry-after when it is a refusal by
@@ -221,4 +223,71 @@ func TestInvalidKeyIsRefused(t *testing.T) {
 		t.Fatalf("a key with a space = %v; want invalid_call naming the rule", err)
 	}
 	t.Log(ce.Message)
+}
+
+// TestKeyIsSeen: a call's key is in its status (queued, and finished),
+// in its events and in the metrics, with refusals by reason.
+func TestKeyIsSeen(t *testing.T) {
+	t.Parallel()
+	f := fleettest.New(t)
+	e := windlass.MustFunc("echo", func(ctx context.Context, in struct{}) (string, error) { return "ok", nil })
+	w := f.StartWorker(worker.Config{}, e)
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	d := f.Dispatcher(dispatcher.Config{MeterProvider: mp, Limits: limits.Config{Keys: map[string]limits.Limit{"acme": {MaxInFlight: 1}}}})
+	fleettest.WaitCatalog(t, d, "echo")
+
+	r, err := d.Call(t.Context(), "echo", `{}`, dispatcher.WithKey("acme"), dispatcher.WithCallID("keyed-1"))
+	if err != nil || r.IsError {
+		t.Fatal(r, err)
+	}
+	if st, err := d.Status(t.Context(), "keyed-1"); err != nil || st.State != dispatcher.StateFinished || st.Key != "acme" {
+		t.Errorf("status of a finished call = %+v, %v; want finished, key acme", st, err)
+	}
+	if err := w.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Submit(t.Context(), "echo", `{}`, dispatcher.WithKey("acme"), dispatcher.WithCallID("keyed-2"), dispatcher.AllowNoWorker()); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := d.Status(t.Context(), "keyed-2"); err != nil || st.State != dispatcher.StateQueued || st.Key != "acme" {
+		t.Errorf("status of a queued call = %+v, %v; want queued, key acme", st, err)
+	}
+	for ev, err := range d.Watch(t.Context(), "keyed-2") {
+		if err != nil || ev.Kind != windlass.EventQueued || ev.Key != "acme" {
+			t.Errorf("the queued call's first event = %+v, %v; want queued with key acme", ev, err)
+		}
+		break
+	}
+	if _, err := d.Submit(t.Context(), "echo", `{}`, dispatcher.WithKey("acme"), dispatcher.AllowNoWorker()); err == nil {
+		t.Fatal("a second call of acme under its cap of 1 was admitted")
+	}
+
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(t.Context(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]string{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if data, ok := m.Data.(metricdata.Sum[int64]); ok {
+				for _, p := range data.DataPoints {
+					key, _ := p.Attributes.Value("key")
+					reason, _ := p.Attributes.Value("reason")
+					outcome, _ := p.Attributes.Value("outcome")
+					seen[m.Name+"/"+outcome.AsString()+reason.AsString()] = key.AsString()
+				}
+			}
+		}
+	}
+	for name, key := range map[string]string{
+		"windlass.dispatcher.calls/ok":                 "acme",
+		"windlass.dispatcher.calls/rate_limited":       "acme",
+		"windlass.dispatcher.limits.refused/in_flight": "acme",
+	} {
+		if seen[name] != key {
+			t.Errorf("metric %s: key %q, want %q (seen: %v)", name, seen[name], key, seen)
+		}
+	}
 }

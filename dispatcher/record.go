@@ -27,6 +27,7 @@ type callRecord struct {
 	deadline time.Time
 	origin   string // where its result goes
 	argsHash string // for a caller's own id: the arguments' canonical hash
+	key      string // the key it is counted for ("" for the default)
 }
 
 // recordFromCall reads the record of a call message.
@@ -35,18 +36,19 @@ func recordFromCall(callID string, m *jetstream.RawStreamMsg) (callRecord, bool)
 		ID       string    `json:"id"`
 		Name     string    `json:"name"`
 		Deadline time.Time `json:"deadline"`
+		Key      string    `json:"key"`
 	}
 	if json.Unmarshal(m.Data, &c) != nil || c.ID != callID {
 		return callRecord{}, false // another call's (a token collision) or foreign
 	}
-	return callRecord{tool: c.Name, queuedAt: m.Time, deadline: c.Deadline,
+	return callRecord{tool: c.Name, queuedAt: m.Time, deadline: c.Deadline, key: c.Key,
 		origin: m.Header.Get(layout.HeaderOrigin), argsHash: m.Header.Get(layout.HeaderArgsHash)}, true
 }
 
 // recordFromResult reads the record a result message carries of its call
 // (the worker copies it from the call message).
 func recordFromResult(r windlass.ToolResult, h nats.Header) callRecord {
-	rec := callRecord{tool: r.Name, argsHash: h.Get(layout.HeaderArgsHash)}
+	rec := callRecord{tool: r.Name, argsHash: h.Get(layout.HeaderArgsHash), key: h.Get(layout.HeaderKey)}
 	rec.queuedAt, _ = time.Parse(time.RFC3339Nano, h.Get(layout.HeaderQueuedAt))
 	rec.deadline, _ = time.Parse(time.RFC3339Nano, h.Get(layout.HeaderDeadline))
 	return rec
@@ -54,7 +56,7 @@ func recordFromResult(r windlass.ToolResult, h nats.Header) callRecord {
 
 // recordFromEvent reads the record of a queued event.
 func recordFromEvent(e windlass.Event) callRecord {
-	return callRecord{tool: e.Tool, queuedAt: e.Time, deadline: e.Deadline, origin: e.Origin, argsHash: e.ArgsHash}
+	return callRecord{tool: e.Tool, queuedAt: e.Time, deadline: e.Deadline, origin: e.Origin, argsHash: e.ArgsHash, key: e.Key}
 }
 
 // known is what the fleet knows of a call: its record, and its result once

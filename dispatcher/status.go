@@ -71,6 +71,9 @@ type CallStatus struct {
 	LastError *windlass.CallError `json:"last_error,omitempty"`
 	// RetryAt is when the next attempt may start, while retrying.
 	RetryAt time.Time `json:"retry_at,omitzero"`
+	// Key is the key the call is counted for by the fleet's limits
+	// (absent: the shared default).
+	Key string `json:"key,omitempty"`
 	// QueuedAt is when the fleet accepted the call.
 	QueuedAt time.Time `json:"queued_at,omitzero"`
 	// StartedAt is when the latest attempt started.
@@ -111,7 +114,7 @@ func (d *Dispatcher) Status(ctx context.Context, callID string) (CallStatus, err
 		return unavailable(err)
 	}
 	if k.found {
-		st.State, st.Tool, st.QueuedAt, st.Deadline = StateQueued, k.rec.tool, k.rec.queuedAt, k.rec.deadline
+		st.State, st.Tool, st.QueuedAt, st.Deadline, st.Key = StateQueued, k.rec.tool, k.rec.queuedAt, k.rec.deadline, k.rec.key
 	}
 	if k.result != nil {
 		r, err := d.resolve(ctx, *k.result)

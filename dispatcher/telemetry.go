@@ -39,6 +39,7 @@ func (d *Dispatcher) startSend(ctx context.Context, p *prepared) (context.Contex
 			telemetry.MessagingOperationName.String(telemetry.OperationSend),
 			telemetry.GenAIToolName.String(p.call.Name),
 			telemetry.GenAIToolCallID.String(p.call.ID),
+			telemetry.CallKey.String(p.key()),
 		))
 	telemetry.Inject(ctx, p.msg.Header)
 	return ctx, span

@@ -132,7 +132,7 @@ func (w *Worker) resultMessage(d *delivery, result windlass.ToolResult) (windlas
 		Header:  nats.Header{nats.MsgIdHdr: []string{layout.ResultMsgID(result.CallID)}, layout.HeaderProtocol: []string{protocolVersion}},
 	}
 	if d.meta != nil {
-		layout.SetCallRecord(m.Header, d.meta.Timestamp, d.call.Deadline, d.msg.Headers().Get(layout.HeaderArgsHash))
+		layout.SetCallRecord(m.Header, d.meta.Timestamp, d.call.Deadline, d.msg.Headers().Get(layout.HeaderArgsHash), d.call.Key)
 	}
 	var err error
 	if payload.Inline(result, w.inline) {

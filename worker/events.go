@@ -17,7 +17,7 @@ import (
 // text is cut to maxEventText (a progress message is bounded where it is
 // reported: windlass.MaxProgressMessage).
 func (w *Worker) publishEvent(call windlass.ToolCall, e windlass.Event) {
-	e.CallID, e.Tool, e.Worker = call.ID, call.Name, w.cfg.ID
+	e.CallID, e.Tool, e.Worker, e.Key = call.ID, call.Name, w.cfg.ID, call.Key
 	if e.Error != nil && len(e.Error.Message) > maxEventText {
 		ce := *e.Error
 		ce.Message = textcut.Cut(ce.Message, maxEventText)

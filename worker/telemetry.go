@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -10,6 +11,7 @@ import (
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/internal/layout"
 	"github.com/windlass-dev/windlass/internal/telemetry"
+	"github.com/windlass-dev/windlass/limits"
 )
 
 // startProcess starts a call's consumer span, a child of the trace context
@@ -42,6 +44,7 @@ func identify(ctx context.Context, call windlass.ToolCall) {
 		telemetry.MessagingMessageID.String(call.ID),
 		telemetry.GenAIToolCallID.String(call.ID),
 		telemetry.MessagingDeliveryCount.Int(call.Attempt),
+		telemetry.CallKey.String(cmp.Or(call.Key, limits.DefaultKey)),
 	)
 }
 

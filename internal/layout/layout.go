@@ -69,6 +69,10 @@ const (
 	// other arguments is refused id_conflict, whether the call is queued,
 	// running or finished.
 	HeaderArgsHash = "Windlass-Args-Hash"
+	// HeaderKey carries, on a result, the key its call was counted for by
+	// the fleet's limits (windlass.ToolCall.Key), copied by the worker: a
+	// status query of a finished call still names it.
+	HeaderKey = "Windlass-Key"
 	// HeaderQueuedAt carries, on a result, when the calls stream stored
 	// the call (RFC 3339), and HeaderDeadline the call's deadline: what a
 	// status query reports of a finished call, whose call message is gone.
@@ -225,9 +229,9 @@ func ResultMsgID(callID string) string { return "result:" + callID }
 
 // SetCallRecord sets on a result message's headers the record of its call
 // (see HeaderQueuedAt): queuedAt, when the calls stream stored the call;
-// its deadline; and argsHash, the one its call message carried. Zero
-// values are left out.
-func SetCallRecord(h nats.Header, queuedAt, deadline time.Time, argsHash string) {
+// its deadline; argsHash, the one its call message carried; and key, the
+// call's key. Zero values are left out.
+func SetCallRecord(h nats.Header, queuedAt, deadline time.Time, argsHash, key string) {
 	if !queuedAt.IsZero() {
 		h[HeaderQueuedAt] = []string{queuedAt.UTC().Format(time.RFC3339Nano)}
 	}
@@ -236,6 +240,9 @@ func SetCallRecord(h nats.Header, queuedAt, deadline time.Time, argsHash string)
 	}
 	if argsHash != "" {
 		h[HeaderArgsHash] = []string{argsHash}
+	}
+	if key != "" {
+		h[HeaderKey] = []string{key}
 	}
 }
 

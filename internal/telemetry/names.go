@@ -47,6 +47,8 @@ const (
 	// reused, …): release.Reason; or which limit refused a call (rate,
 	// in_flight, tool_queue, calls_stream): limits.Reason.
 	Reason = attribute.Key("reason")
+	// CallKey is the call's key (package limits) on its spans.
+	CallKey = attribute.Key("windlass.call.key")
 	// CallID is the call id on the approval hold's span.
 	CallID = attribute.Key("windlass.call.id")
 )
