@@ -12,6 +12,7 @@ import (
 
 	"github.com/windlass-dev/windlass/internal/layout"
 	"github.com/windlass-dev/windlass/internal/retry"
+	"github.com/windlass-dev/windlass/limits"
 )
 
 // ToolStatus is one tool in [FleetStatus].
@@ -34,6 +35,36 @@ type ToolStatus struct {
 	// Held counts gated calls the approval service holds pending a
 	// decision.
 	Held int `json:"held"`
+	// Limits are the tool's admission limits as this dispatcher's
+	// Config.Limits set them, and their use across the fleet; nil when
+	// this dispatcher has no limits.
+	Limits *ToolLimitsStatus `json:"limits,omitempty"`
+}
+
+// ToolLimitsStatus is a tool's admission limits and their use (see
+// package limits).
+type ToolLimitsStatus struct {
+	// MaxQueued caps the tool's calls queued or running, all keys
+	// together (-1: none).
+	MaxQueued int `json:"max_queued"`
+	// InFlight counts the tool's calls holding a slot, all keys.
+	InFlight int `json:"in_flight"`
+	// Keys are the keys with calls in flight, and the keys the limits
+	// name for the tool: each one's limit and use. "default" is the limit
+	// of a key not named.
+	Keys map[string]KeyLimitStatus `json:"keys"`
+	// Error says why the use could not be read (Redis unreachable).
+	Error string `json:"error,omitempty"`
+}
+
+// KeyLimitStatus is one key's limit for a tool, and its use.
+type KeyLimitStatus struct {
+	// Rate is the key's rate ("10/s burst 20", or "none").
+	Rate string `json:"rate"`
+	// MaxInFlight caps the key's calls queued or running (-1: none).
+	MaxInFlight int `json:"max_in_flight"`
+	// InFlight counts the key's calls holding a slot.
+	InFlight int `json:"in_flight"`
 }
 
 // FleetStatus is the fleet at a glance: every tool in the registry with
@@ -78,6 +109,7 @@ func (d *Dispatcher) Fleet(ctx context.Context) (FleetStatus, error) {
 			info := c.CachedInfo()
 			ts.Queued, ts.InFlight, ts.Redelivered = info.NumPending, info.NumAckPending, info.NumRedelivered
 		}
+		ts.Limits = d.limitsOf(ctx, t.Spec.Name)
 		fs.Tools = append(fs.Tools, ts)
 	}
 	return fs, nil
@@ -106,4 +138,36 @@ func (d *Dispatcher) heldByTool(ctx context.Context) (held map[string]int, answe
 		return nil, false, fmt.Errorf("dispatcher: fleet: approval service: %s", reply.Error)
 	}
 	return reply.Pending, true, nil
+}
+
+// limitsOf is a tool's limits and their use; nil without limits. The use
+// is read from Redis; when it cannot be, the limits are still reported,
+// with the error.
+func (d *Dispatcher) limitsOf(ctx context.Context, tool string) *ToolLimitsStatus {
+	a := d.admission
+	if a.enforcer == nil {
+		return nil
+	}
+	st := &ToolLimitsStatus{MaxQueued: a.cfg.ToolMaxQueued(tool), Keys: map[string]KeyLimitStatus{}}
+	add := func(key string, inFlight int) {
+		l := a.cfg.For(tool, key)
+		st.Keys[key] = KeyLimitStatus{Rate: l.Rate.String(), MaxInFlight: l.MaxInFlight, InFlight: inFlight}
+	}
+	add(limits.DefaultKey, 0)
+	for key := range a.cfg.Keys {
+		add(key, 0)
+	}
+	for key := range a.cfg.Tools[tool].Keys {
+		add(key, 0)
+	}
+	use, err := a.enforcer.Use(ctx, tool)
+	if err != nil {
+		st.Error = err.Error()
+		return st
+	}
+	for key, n := range use {
+		add(key, n)
+		st.InFlight += n
+	}
+	return st
 }

@@ -181,9 +181,13 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	asJSON := boolFlag(fs, "json", false, "print the status as one JSON object")
 	watch := boolFlag(fs, "watch", false, "without ID: refresh the fleet view every --interval until interrupted")
 	interval := durationFlag(fs, "interval", 2*time.Second, "refresh period of --watch")
+	readLimits := limitsFlags(fs) // the dispatchers', to show beside their use
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
+	}
+	if c.limits, err = readLimits(); err != nil {
+		return &exitError{code: 2, err: err}
 	}
 	if len(pos) == 0 {
 		// The fleet at a glance.

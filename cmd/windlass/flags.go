@@ -21,6 +21,7 @@ import (
 
 	"github.com/windlass-dev/windlass/dispatcher"
 	"github.com/windlass-dev/windlass/internal/telemetry"
+	"github.com/windlass-dev/windlass/limits"
 	"github.com/windlass-dev/windlass/registry"
 )
 
@@ -222,6 +223,7 @@ type common struct {
 	natsURL, redisURL, prefix *string
 	inboxPrefix, dispatcherID *string
 	logLevel, logFormat       *string
+	limits                    limits.Config // of a command's dispatcher, from its limits flags (status)
 }
 
 func commonFlags(fs *flag.FlagSet) *common {
@@ -295,7 +297,8 @@ type session struct {
 	nc            *nats.Conn
 	rc            *redis.Client
 	reg           *registry.Registry
-	stopTelemetry func() // nil until dispatcher started it
+	limits        limits.Config // its dispatcher's
+	stopTelemetry func()        // nil until dispatcher started it
 }
 
 // open builds the logger, connects and makes the registry; Close undoes it.
@@ -314,7 +317,7 @@ func (c *common) open(name string, stderr io.Writer) (*session, error) {
 		_ = rc.Close()
 		return nil, err
 	}
-	return &session{name: name, dispatcherID: *c.dispatcherID, log: log, nc: nc, rc: rc, reg: reg}, nil
+	return &session{name: name, dispatcherID: *c.dispatcherID, log: log, nc: nc, rc: rc, reg: reg, limits: c.limits}, nil
 }
 
 // Close closes the connections and flushes the telemetry the session
@@ -340,7 +343,7 @@ func (s *session) dispatcher(ctx context.Context) (*dispatcher.Dispatcher, error
 		}
 		s.stopTelemetry = stop
 	}
-	return dispatcher.New(ctx, dispatcher.Config{Conn: s.nc, Registry: s.reg, ID: s.dispatcherID, Logger: s.log})
+	return dispatcher.New(ctx, dispatcher.Config{Conn: s.nc, Registry: s.reg, ID: s.dispatcherID, Logger: s.log, Limits: s.limits})
 }
 
 // discovery is what `windlass dev` writes so that commands in another

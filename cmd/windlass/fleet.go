@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -72,13 +74,14 @@ func isTerminal(w io.Writer) bool {
 // printFleet writes the fleet status as a table.
 func printFleet(w io.Writer, fs dispatcher.FleetStatus) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TOOL\tWORKERS\tQUEUED\tIN FLIGHT\tREDELIVERED\tHELD")
+	fmt.Fprintln(tw, "TOOL\tWORKERS\tQUEUED\tIN FLIGHT\tREDELIVERED\tHELD\tLIMITS: TOOL\tKEYS (IN FLIGHT/CAP RATE)")
 	for _, t := range fs.Tools {
 		held := fmt.Sprint(t.Held)
 		if !t.RequiresApproval {
 			held = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\n", t.Tool, len(t.LiveWorkers), t.Queued, t.InFlight, t.Redelivered, held)
+		toolCap, keys := limitsColumns(t.Limits)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", t.Tool, len(t.LiveWorkers), t.Queued, t.InFlight, t.Redelivered, held, toolCap, keys)
 	}
 	_ = tw.Flush()
 	var notes []string
@@ -96,4 +99,31 @@ func printFleet(w io.Writer, fs dispatcher.FleetStatus) {
 		fmt.Fprintf(w, "; %s", strings.Join(notes, "; "))
 	}
 	fmt.Fprintln(w)
+}
+
+// limitsColumns are a tool's limits and their use in the status table:
+// the tool's calls in flight over its cap, and each key's, with its rate.
+func limitsColumns(l *dispatcher.ToolLimitsStatus) (toolCap, keys string) {
+	if l == nil {
+		return "-", "-"
+	}
+	capOf := func(n int) string {
+		if n < 0 {
+			return "∞"
+		}
+		return fmt.Sprint(n)
+	}
+	if l.Error != "" {
+		return "? (Redis unreachable)", "?"
+	}
+	var parts []string
+	for _, key := range slices.Sorted(maps.Keys(l.Keys)) {
+		k := l.Keys[key]
+		part := fmt.Sprintf("%s %d/%s", key, k.InFlight, capOf(k.MaxInFlight))
+		if k.Rate != "none" {
+			part += " " + k.Rate
+		}
+		parts = append(parts, part)
+	}
+	return fmt.Sprintf("%d/%s", l.InFlight, capOf(l.MaxQueued)), strings.Join(parts, ", ")
 }
