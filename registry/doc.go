@@ -13,7 +13,8 @@
 // atomically in one Lua script):
 //
 //	<prefix>tools                  SET   names of every tool ever advertised
-//	<prefix>tool:<name>            HASH  spec (JSON), hash (Spec.Hash), updated_ms
+//	<prefix>tool:<name>            HASH  spec (JSON), hash (Spec.Hash), updated_ms,
+//	                                     rate (execution rate, "10/s burst 5"; absent: none)
 //	<prefix>tool:<name>:workers    ZSET  worker id -> lease expiry (unix ms)
 //	<prefix>worker:<id>            HASH  tools, host, pid, started_ms; PEXPIRE = TTL
 //	<prefix>changes                pub/sub channel: the name of a tool that changed
@@ -29,6 +30,17 @@
 // workers and both hashes, unless it advertises with Replace (a rolling
 // upgrade), which makes its spec the tool's spec. A worker already holding a
 // lease only renews it: a heartbeat never changes the spec.
+//
+// # Execution rates
+//
+// A worker advertises each tool's execution rate (the worker's WithRate)
+// beside its spec, outside it: the rate is not part of the spec's hash, so
+// workers declaring different rates serve the same tool. The tool's hash
+// keeps the rate of the worker that took its lease last; one whose rate
+// differs from what the tool's live workers advertise is logged as a
+// warning, not refused. Each worker enforces the rate it declared itself,
+// on the tool's one shared count (package limits), so while they differ
+// the tool starts calls at a pace between the two.
 //
 // # Defaults
 //

@@ -118,6 +118,12 @@ type ToolInfo struct {
 	Workers []WorkerLease
 	// UpdatedAt is when the spec was last written.
 	UpdatedAt time.Time
+	// Rate is the tool's execution rate (the worker's WithRate) as the
+	// worker that took its lease last declared it; zero for none. It is
+	// not part of the spec, nor of its hash: workers that declare
+	// different rates serve the same tool, each enforcing its own rate on
+	// the tool's one shared count (see Advertisement.Rates).
+	Rate limits.Rate
 }
 
 // WorkerLease is one worker's lease on a tool.
@@ -215,6 +221,9 @@ func (r *Registry) fetch(ctx context.Context, names []string) ([]ToolInfo, error
 			return nil, fmt.Errorf("registry: tool %q: decode spec: %w", n, err)
 		}
 		info := ToolInfo{Spec: spec.WithDefaults(), Hash: h["hash"]}
+		// A rate this version cannot read is shown as none: advice only,
+		// each worker enforces the rate it declared itself.
+		info.Rate, _ = limits.ParseRate(h["rate"])
 		if ms, err := strconv.ParseInt(h["updated_ms"], 10, 64); err == nil {
 			info.UpdatedAt = time.UnixMilli(ms)
 		}
@@ -235,6 +244,12 @@ type Advertisement struct {
 	// Replace makes these specs the tools' specs even when live workers
 	// advertise others (a rolling upgrade).
 	Replace bool
+	// Rates are the execution rates the worker enforces, by tool name
+	// (tools without one are absent). The tool's hash keeps the rate of
+	// the worker that took its lease last; one that declares a rate
+	// different from what live workers advertise is logged as a warning,
+	// not refused: each worker enforces its own rate on the shared count.
+	Rates map[string]limits.Rate
 }
 
 func (a Advertisement) validate() error {
@@ -254,18 +269,31 @@ func (a Advertisement) validate() error {
 		}
 		seen[s.Name] = true
 	}
+	for name, rate := range a.Rates {
+		if !seen[name] {
+			return fmt.Errorf("registry: advertisement of worker %q gives a rate for tool %q, which it does not advertise", a.WorkerID, name)
+		}
+		if err := rate.Validate(); err != nil {
+			return fmt.Errorf("registry: advertisement of worker %q, tool %q: %w", a.WorkerID, name, err)
+		}
+	}
 	return nil
 }
 
 // advertiseScript writes a worker's lease on each tool atomically. For each
 // tool: drop lapsed leases; renew the lease of a worker that holds one
-// (never touching the spec); otherwise refuse a spec differing from live
-// workers' unless replace; else write the spec and add the lease. Then the
-// worker's own hash, with its TTL. Changed tools are announced.
+// (never touching the spec or the rate); otherwise refuse a spec differing
+// from live workers' unless replace; else write the spec and the rate
+// (noting a rate that differs from the one live workers advertise) and
+// add the lease. Then the worker's own hash, with its TTL. Changed tools
+// are announced.
 //
 // KEYS: tools set, worker hash, then per tool: tool hash, workers zset.
 // ARGV: now_ms, expiry_ms, ttl_ms, worker id, worker info json, replace, channel,
-// then per tool: name, spec json, spec hash.
+// then per tool: name, spec json, spec hash, rate ("" for none).
+// Returns {'ok', changed, then name and live rate of each tool whose live
+// workers advertise another rate}, or {'conflict', name, hash, live hash,
+// live workers...}.
 var advertiseScript = redis.NewScript(`
 local now, exp, ttl = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local wid, info, replace, channel = ARGV[4], ARGV[5], ARGV[6] == '1', ARGV[7]
@@ -273,7 +301,7 @@ local n = (#KEYS - 2) / 2
 local renew = {}
 for i = 0, n - 1 do
   local tkey, zkey = KEYS[3 + 2*i], KEYS[4 + 2*i]
-  local name, hash = ARGV[8 + 3*i], ARGV[10 + 3*i]
+  local name, hash = ARGV[8 + 4*i], ARGV[10 + 4*i]
   redis.call('ZREMRANGEBYSCORE', zkey, '-inf', now)
   if redis.call('ZSCORE', zkey, wid) then
     renew[i] = true
@@ -290,9 +318,22 @@ for i = 0, n - 1 do
   end
 end
 local changed = 0
+local rates = {}
 for i = 0, n - 1 do
   local tkey, zkey = KEYS[3 + 2*i], KEYS[4 + 2*i]
-  local name, spec, hash = ARGV[8 + 3*i], ARGV[9 + 3*i], ARGV[10 + 3*i]
+  local name, spec, hash, rate = ARGV[8 + 4*i], ARGV[9 + 4*i], ARGV[10 + 4*i], ARGV[11 + 4*i]
+  if not renew[i] then
+    local liveRate = redis.call('HGET', tkey, 'rate') or ''
+    if liveRate ~= rate and redis.call('ZCARD', zkey) > 0 then
+      rates[#rates + 1] = name
+      rates[#rates + 1] = liveRate
+    end
+    if rate == '' then
+      redis.call('HDEL', tkey, 'rate')
+    else
+      redis.call('HSET', tkey, 'rate', rate)
+    end
+  end
   redis.call('ZADD', zkey, exp, wid)
   if not renew[i] then
     local cur = redis.call('HGET', tkey, 'hash')
@@ -306,7 +347,9 @@ for i = 0, n - 1 do
 end
 redis.call('HSET', KEYS[2], 'info', info)
 redis.call('PEXPIRE', KEYS[2], ttl)
-return {'ok', tostring(changed)}
+local out = {'ok', tostring(changed)}
+for _, v in ipairs(rates) do out[#out + 1] = v end
+return out
 `)
 
 // withdrawScript removes a worker's leases and its hash, announcing each tool.
@@ -341,8 +384,12 @@ func (r *Registry) advertiseOnce(ctx context.Context, ad Advertisement, started 
 		if err != nil {
 			return fmt.Errorf("registry: encode spec of %q: %w", s.Name, err)
 		}
+		rate := ""
+		if rt := ad.Rates[s.Name]; !rt.IsZero() {
+			rate = rt.String()
+		}
 		keys = append(keys, r.toolKey(s.Name), r.zsetKey(s.Name))
-		args = append(args, s.Name, string(spec), s.Hash())
+		args = append(args, s.Name, string(spec), s.Hash(), rate)
 		names = append(names, s.Name)
 	}
 	host, _ := os.Hostname()
@@ -355,6 +402,11 @@ func (r *Registry) advertiseOnce(ctx context.Context, ad Advertisement, started 
 	}
 	if len(res) >= 4 && res[0] == "conflict" {
 		return &ConflictError{Tool: res[1], Hash: res[2], LiveHash: res[3], Workers: res[4:]}
+	}
+	for i := 2; i+1 < len(res); i += 2 {
+		tool, live := res[i], cmp.Or(res[i+1], "none")
+		r.cfg.Logger.WarnContext(ctx, "registry: a worker declares an execution rate that differs from the one the tool's live workers advertise; each worker enforces its own rate on the tool's shared count, and the registry now shows this one",
+			"tool", tool, "worker", ad.WorkerID, "rate", ad.Rates[tool].String(), "live_rate", live)
 	}
 	return nil
 }

@@ -1,9 +1,12 @@
 package registry_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +16,7 @@ import (
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/internal/fleettest"
 	"github.com/windlass-dev/windlass/internal/testserver"
+	"github.com/windlass-dev/windlass/limits"
 	"github.com/windlass-dev/windlass/registry"
 )
 
@@ -299,4 +303,65 @@ func toolNames(v *registry.View) []string {
 		names[i] = t.Spec.Name
 	}
 	return names
+}
+
+// syncBuffer is a log sink safe for the lease's goroutine and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestExecutionRateIsAdvertised(t *testing.T) {
+	t.Parallel()
+	rs := testserver.StartRedis(t)
+	var logs syncBuffer
+	reg, err := registry.New(registry.Config{Client: rs.Client(t), Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api, plain := spec("crm", "Calls the CRM."), spec("echo", "Echo.")
+	rate := limits.PerSecond(5).WithBurst(2)
+	advertise(t, reg, registry.Advertisement{WorkerID: "w1", Specs: []windlass.Spec{api, plain}, Rates: map[string]limits.Rate{"crm": rate}})
+
+	info, err := reg.Lookup(t.Context(), "crm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Rate.String() != "5/s burst 2" || info.Hash != api.Hash() {
+		t.Errorf("crm: rate %s, hash %s; want 5/s burst 2 and the spec's own hash %s", info.Rate, info.Hash, api.Hash())
+	}
+	if info, _ := reg.Lookup(t.Context(), "echo"); !info.Rate.IsZero() {
+		t.Errorf("echo: rate %s, want none", info.Rate)
+	}
+	if strings.Contains(logs.String(), "differs") {
+		t.Errorf("a warning for the first worker: %s", logs.String())
+	}
+
+	// A second worker of crm with another rate: served, warned of, shown.
+	advertise(t, reg, registry.Advertisement{WorkerID: "w2", Specs: []windlass.Spec{api}, Rates: map[string]limits.Rate{"crm": limits.PerSecond(9)}})
+	if info, _ := reg.Lookup(t.Context(), "crm"); info.Rate.String() != "9/s" || len(info.LiveWorkers(time.Now())) != 2 {
+		t.Errorf("crm after w2: rate %s, live %v", info.Rate, info.LiveWorkers(time.Now()))
+	}
+	if got := logs.String(); !strings.Contains(got, "differs") || !strings.Contains(got, `live_rate="5/s burst 2"`) {
+		t.Errorf("no warning naming the live rate: %s", got)
+	}
+
+	if _, err := reg.Advertise(t.Context(), registry.Advertisement{WorkerID: "w3", Specs: []windlass.Spec{api}, Rates: map[string]limits.Rate{"other": rate}}); err == nil || !strings.Contains(err.Error(), `"other"`) {
+		t.Errorf("a rate for a tool not advertised: %v", err)
+	}
+	if _, err := reg.Advertise(t.Context(), registry.Advertisement{WorkerID: "w3", Specs: []windlass.Spec{api}, Rates: map[string]limits.Rate{"crm": {Events: 1, Per: time.Millisecond}}}); err == nil || !strings.Contains(err.Error(), "period") {
+		t.Errorf("a bad rate: %v", err)
+	}
 }

@@ -155,15 +155,15 @@ func (v *View) carryLocked(tools map[string]ToolInfo, now time.Time) []string {
 	return names
 }
 
-// sameView reports whether two views offer the same tools, specs and live
-// workers.
+// sameView reports whether two views offer the same tools, specs, rates
+// and live workers.
 func sameView(a, b map[string]ToolInfo, atA, atB time.Time) bool {
 	if len(a) != len(b) {
 		return false
 	}
 	for name, ta := range a {
 		tb, ok := b[name]
-		if !ok || ta.Hash != tb.Hash || !slices.Equal(ta.LiveWorkers(atA), tb.LiveWorkers(atB)) {
+		if !ok || ta.Hash != tb.Hash || ta.Rate != tb.Rate || !slices.Equal(ta.LiveWorkers(atA), tb.LiveWorkers(atB)) {
 			return false
 		}
 	}

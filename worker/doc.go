@@ -13,6 +13,25 @@
 // pulls only as many calls as it has free slots: a call never waits in a
 // client-side buffer, where its ack timer would run out unwatched.
 //
+// # Execution rates
+//
+// A tool that calls a rate-limited API declares the rate ([WithRate]; it
+// needs Config.Registry): the workers of the tool across the fleet start
+// at most that many calls per period, with the burst, on one count shared
+// in the registry's Redis (package limits, GCRA through redis_rate), and
+// the registry advertises the rate. A call waits for its turn after the
+// intake's checks and before its tool starts, on a goroutine of its own
+// (no handler), holding its slot; its heartbeat's in-progress acks keep
+// its message, so it stays queued however long it waits. It is never
+// refused or failed for the rate: its deadline passing answers it timeout
+// (the tool not run), a cancellation answers it canceled, and the
+// worker's shutdown hands it back unanswered. Its start (the started
+// event, ToolResult.StartedAt, the queue wait) is taken when its turn
+// comes. While Redis cannot be asked the rate fails closed: the call
+// waits, asking again with backoff, and the worker warns (at most every
+// ten seconds per tool). Workers of a tool that declare different rates
+// each enforce their own on the shared count; the registry warns of it.
+//
 // # Deadlines
 //
 // Three bounds, in the taxonomy of durable-execution systems:

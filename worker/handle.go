@@ -62,17 +62,18 @@ func (w *Worker) Stats() Stats {
 }
 
 // handle takes one delivered call, in its consumer span when tracing is
-// on; see process. free runs once the call's tool is done with its slot,
-// done once the call's message is settled or handed back; both may be after
-// handle returns.
-func (w *Worker) handle(ctx context.Context, msg jetstream.Msg, t *registered, log *slog.Logger, free, done func()) {
+// on; see process. stopped ends once the worker has stopped pulling (a
+// call still waiting for its turn under a rate is handed back then). free runs
+// once the call's tool is done with its slot, done once the call's message
+// is settled or handed back; both may be after handle returns.
+func (w *Worker) handle(ctx, stopped context.Context, msg jetstream.Msg, t *registered, log *slog.Logger, free, done func()) {
 	if w.tracer.Enabled() {
 		var span trace.Span
 		ctx, span = w.startProcess(ctx, msg, t)
 		settled := done
 		done = func() { span.End(); settled() }
 	}
-	w.process(ctx, msg, t, log, free, done)
+	w.process(ctx, stopped, msg, t, log, free, done)
 }
 
 // process takes one delivered call. A call that must not run (malformed,
@@ -80,14 +81,28 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg, t *registered, l
 // guard's outcome before process returns (see intake). Otherwise process
 // starts the tool and returns: the call is settled when the tool answers
 // (see running.finish), so a call whose tool waits holds only the tool's
-// goroutine, not the handler's too.
-func (w *Worker) process(ctx context.Context, msg jetstream.Msg, t *registered, log *slog.Logger, free, done func()) {
-	d := &delivery{ctx: ctx, msg: msg, t: t, log: log, origin: msg.Headers().Get(layout.HeaderOrigin), free: free, done: done}
+// goroutine, not the handler's too. A call of a tool with an execution
+// rate first waits for its turn on a goroutine of its own (see awaitTurn),
+// so it holds no handler either.
+func (w *Worker) process(ctx, stopped context.Context, msg jetstream.Msg, t *registered, log *slog.Logger, free, done func()) {
+	d := &delivery{ctx: ctx, stopped: stopped, msg: msg, t: t, log: log, origin: msg.Headers().Get(layout.HeaderOrigin), free: free, done: done}
 	o, run := w.intake(d)
 	if !run {
 		w.apply(d, o)
 		return
 	}
+	if !t.cfg.rate.IsZero() {
+		w.waiters.Go(func() { w.awaitTurn(d) })
+		return
+	}
+	w.start(d)
+}
+
+// start runs the tool of a call that passed the intake (and had its turn,
+// under a rate): from here its start is counted (the started event, the
+// queue wait), and running.finish settles it.
+func (w *Worker) start(d *delivery) {
+	ctx, t := d.ctx, d.t
 	d.hb.begin()
 	c := &running{w: w, d: d, metered: w.metrics.Started(ctx, d.call.Name, d.meta.Timestamp)}
 	var execCtx context.Context

@@ -27,7 +27,7 @@ type heartbeat struct {
 	msg      jetstream.Msg
 	call     windlass.ToolCall
 	latest   atomic.Pointer[windlass.Progress]
-	running  atomic.Bool // the tool runs: a cancellation found reaches it
+	running  atomic.Bool // the tool runs, or waits for its turn under a rate: a cancellation found reaches it
 	checking atomic.Bool // a cancellation look-up is queued or running
 
 	startedAt time.Time   // when the tool began; set by begin, before the timer

@@ -22,14 +22,15 @@ import (
 // guards fill in what they learn (the metadata, the call, its heartbeat,
 // its place in the cancellations); end releases it all.
 type delivery struct {
-	ctx    context.Context // the call's: its consumer span, for settling and logs
-	msg    jetstream.Msg
-	t      *registered
-	log    *slog.Logger
-	origin string // where the answer goes
-	free   func() // gives back the call's slot: once its tool is done with it
-	freed  bool
-	done   func() // once the message is settled or handed back
+	ctx     context.Context // the call's: its consumer span, for settling and logs
+	stopped context.Context // ends once the worker has stopped pulling: a call waiting for its turn is handed back
+	msg     jetstream.Msg
+	t       *registered
+	log     *slog.Logger
+	origin  string // where the answer goes
+	free    func() // gives back the call's slot: once its tool is done with it
+	freed   bool
+	done    func() // once the message is settled or handed back
 
 	meta *jetstream.MsgMetadata
 	call windlass.ToolCall

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -25,6 +26,7 @@ import (
 	"github.com/windlass-dev/windlass/internal/payload"
 	"github.com/windlass-dev/windlass/internal/retry"
 	"github.com/windlass-dev/windlass/internal/telemetry"
+	"github.com/windlass-dev/windlass/limits"
 	"github.com/windlass-dev/windlass/registry"
 )
 
@@ -171,6 +173,7 @@ type toolConfig struct {
 	concurrency  int
 	maxQueueWait time.Duration
 	retry        RetryPolicy
+	rate         limits.Rate // zero: none
 }
 
 // WithConcurrency bounds the calls of this tool running at once in this
@@ -190,12 +193,25 @@ func WithPayloadLimit(n int64) ToolOption { return func(c *toolConfig) { c.paylo
 // no bound beyond the deadline.
 func WithMaxQueueWait(d time.Duration) ToolOption { return func(c *toolConfig) { c.maxQueueWait = d } }
 
+// WithRate declares the tool's execution rate: the tool calls an API that
+// allows so many calls per period, so the workers of the tool across the
+// fleet start at most r.Events calls per r.Per, with r.Burst at once after
+// a quiet spell (limits.PerSecond(10), limits.PerMinute(600).WithBurst(5)).
+// They share one count in the registry's Redis (see limits.Enforcer.Start),
+// so the worker needs Config.Registry. A call waiting for its turn stays
+// queued, kept alive by in-progress acks; it is never refused or failed
+// for the rate (see the package doc, "Execution rates"). The zero Rate
+// (the default) is none.
+func WithRate(r limits.Rate) ToolOption { return func(c *toolConfig) { c.rate = r } }
+
 // registered is a tool with its settings and derived values.
 type registered struct {
 	tool windlass.Tool
 	spec windlass.Spec
 	hash string
 	cfg  toolConfig
+
+	rateWarned atomic.Int64 // unix ns of the last warning that its rate could not be read
 }
 
 // Worker pulls and runs the calls of its registered tools. Register every
@@ -208,11 +224,13 @@ type Worker struct {
 	order   []string
 	started bool
 
-	slots    chan struct{} // process-wide concurrency
-	handlers *handlers     // takes calls in and settles them
-	pipe     *resultPipe   // stores answers; set by Run
-	guards   []guard       // the intake's checks, in order (see intake)
-	beats    beats         // the running calls' heartbeats, one ticker for all
+	slots    chan struct{}    // process-wide concurrency
+	rates    *limits.Enforcer // the tools' execution rates; nil without a registry
+	waiters  sync.WaitGroup   // the goroutines of calls waiting for their turn under a rate
+	handlers *handlers        // takes calls in and settles them
+	pipe     *resultPipe      // stores answers; set by Run
+	guards   []guard          // the intake's checks, in order (see intake)
+	beats    beats            // the running calls' heartbeats, one ticker for all
 	stats    stats
 
 	tracer  telemetry.Tracer
@@ -241,6 +259,9 @@ func New(cfg Config) (*Worker, error) {
 	w := &Worker{cfg: cfg, tools: map[string]*registered{}, slots: make(chan struct{}, cfg.MaxConcurrency), cancels: newCancellations(),
 		handlers: newHandlers(maxHandlers), releases: releases,
 		tracer: telemetry.NewTracer(cfg.TracerProvider), metrics: telemetry.NewWorkerMetrics(cfg.MeterProvider)}
+	if cfg.Registry != nil {
+		w.rates = cfg.Registry.Limits()
+	}
 	w.guards = w.intakeGuards()
 	return w, nil
 }
@@ -269,6 +290,12 @@ func (w *Worker) Register(tool windlass.Tool, opts ...ToolOption) error {
 	cfg.retry = cfg.retry.withDefaults()
 	if err := cfg.retry.validate(w.cfg.MaxDeliver); err != nil {
 		return fmt.Errorf("worker: register %q: %w", spec.Name, err)
+	}
+	if err := cfg.rate.Validate(); err != nil {
+		return fmt.Errorf("worker: register %q: WithRate: %w", spec.Name, err)
+	}
+	if !cfg.rate.IsZero() && w.rates == nil {
+		return fmt.Errorf("worker: register %q: WithRate(%s) needs Config.Registry: the workers of a tool share its execution rate in the registry's Redis", spec.Name, cfg.rate)
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -378,10 +405,17 @@ func (w *Worker) advertise(ctx context.Context, tools []*registered) (*registry.
 		return nil, nil
 	}
 	specs := make([]windlass.Spec, len(tools))
+	var rates map[string]limits.Rate
 	for i, t := range tools {
 		specs[i] = t.spec
+		if !t.cfg.rate.IsZero() {
+			if rates == nil {
+				rates = map[string]limits.Rate{}
+			}
+			rates[t.spec.Name] = t.cfg.rate
+		}
 	}
-	lease, err := w.cfg.Registry.Advertise(ctx, registry.Advertisement{WorkerID: w.cfg.ID, Specs: specs, Replace: w.cfg.Replace})
+	lease, err := w.cfg.Registry.Advertise(ctx, registry.Advertisement{WorkerID: w.cfg.ID, Specs: specs, Rates: rates, Replace: w.cfg.Replace})
 	if err != nil {
 		return nil, fmt.Errorf("worker: advertise: %w", err)
 	}
@@ -401,9 +435,15 @@ func (w *Worker) serve(ctx context.Context, tools []*registered, consumers []jet
 	var beating sync.WaitGroup
 	beating.Go(func() { w.beats.run(w.cfg.Heartbeat, beatsStop) })
 	defer func() { close(beatsStop); beating.Wait() }()
+	// Calls waiting for their turn under a rate are handed back once no
+	// pull request of this worker is open any more (below): handed back
+	// sooner, a call could come straight back to this worker, and each
+	// such delivery counts towards MaxDeliver.
+	stopped, stopWaiting := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopWaiting()
 	var pullers, calls sync.WaitGroup
 	for i, t := range tools {
-		p := &puller{w: w, ctx: ctx, runCtx: runCtx, cons: consumers[i], t: t, calls: &calls, log: log}
+		p := &puller{w: w, ctx: ctx, stopped: stopped, runCtx: runCtx, cons: consumers[i], t: t, calls: &calls, log: log}
 		pullers.Go(p.run)
 	}
 
@@ -416,6 +456,7 @@ func (w *Worker) serve(ctx context.Context, tools []*registered, consumers []jet
 	if err := w.cfg.JetStream.Conn().FlushTimeout(time.Second); err != nil {
 		log.DebugContext(ctx, "worker: flushing the last pull requests' end failed", "error", err)
 	}
+	stopWaiting()
 	drained := make(chan struct{})
 	go func() { calls.Wait(); close(drained) }()
 	select {
@@ -425,6 +466,7 @@ func (w *Worker) serve(ctx context.Context, tools []*registered, consumers []jet
 		stopTools(errShutdown)
 		<-drained
 	}
+	w.waiters.Wait() // settled already: only their goroutines' ends are left
 	w.handlers.stop()
 }
 
@@ -499,13 +541,14 @@ func (w *Worker) fetchWait() time.Duration { return min(maxFetchWait, w.cfg.AckW
 // waits in a client-side buffer with its ack timer running: every delivered
 // call starts at once and is kept alive by in-progress acks.
 type puller struct {
-	w      *Worker
-	ctx    context.Context // pulling stops when it ends
-	runCtx context.Context // the calls', which outlives ctx by the shutdown grace
-	cons   jetstream.Consumer
-	t      *registered
-	calls  *sync.WaitGroup // the handlers' goroutines and the calls until settled
-	log    *slog.Logger
+	w       *Worker
+	ctx     context.Context // pulling stops when it ends
+	stopped context.Context // ends once the worker's pulling has stopped
+	runCtx  context.Context // the calls', which outlives ctx by the shutdown grace
+	cons    jetstream.Consumer
+	t       *registered
+	calls   *sync.WaitGroup // the handlers' goroutines and the calls until settled
+	log     *slog.Logger
 
 	toolSlots chan struct{}
 }
@@ -595,7 +638,7 @@ func (p *puller) take(msg jetstream.Msg) {
 	p.calls.Add(2)
 	w.handlers.goOrPool(func() {
 		defer p.calls.Done()
-		w.handle(p.runCtx, msg, p.t, p.log, p.release, p.calls.Done)
+		w.handle(p.runCtx, p.stopped, msg, p.t, p.log, p.release, p.calls.Done)
 	})
 }
 
