@@ -35,6 +35,9 @@ type ToolStatus struct {
 	// Held counts gated calls the approval service holds pending a
 	// decision.
 	Held int `json:"held"`
+	// ExecutionRate is the rate its workers start calls at, fleet-wide,
+	// as advertised ("20/s"); absent when it has none.
+	ExecutionRate string `json:"execution_rate,omitempty"`
 	// Limits are the tool's admission limits as this dispatcher's
 	// Config.Limits set them, and their use across the fleet; nil when
 	// this dispatcher has no limits.
@@ -96,6 +99,9 @@ func (d *Dispatcher) Fleet(ctx context.Context) (FleetStatus, error) {
 	for _, t := range tools {
 		ts := ToolStatus{Tool: t.Spec.Name, RequiresApproval: t.Spec.RequiresApproval,
 			LiveWorkers: t.LiveWorkers(asOf), Held: held[t.Spec.Name]}
+		if !t.Rate.IsZero() {
+			ts.ExecutionRate = t.Rate.String()
+		}
 		if ts.LiveWorkers == nil {
 			ts.LiveWorkers = []string{}
 		}

@@ -263,6 +263,14 @@ func TestKeyIsSeen(t *testing.T) {
 	if _, err := d.Submit(t.Context(), "echo", `{}`, dispatcher.WithKey("acme"), dispatcher.AllowNoWorker()); err == nil {
 		t.Fatal("a second call of acme under its cap of 1 was admitted")
 	}
+	fs, err := d.Fleet(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fs.Tools) != 1 || fs.Tools[0].Limits == nil || fs.Tools[0].Limits.Keys["acme"] != (dispatcher.KeyLimitStatus{Rate: "none", MaxInFlight: 1, InFlight: 1}) ||
+		fs.Tools[0].Limits.InFlight != 1 || fs.Tools[0].Limits.MaxQueued != limits.DefaultMaxQueued {
+		t.Errorf("fleet status of echo's limits = %+v; want acme 1 in flight of 1, the tool 1 of %d", fs.Tools[0].Limits, limits.DefaultMaxQueued)
+	}
 
 	var rm metricdata.ResourceMetrics
 	if err := reader.Collect(t.Context(), &rm); err != nil {

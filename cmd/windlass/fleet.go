@@ -81,6 +81,9 @@ func printFleet(w io.Writer, fs dispatcher.FleetStatus) {
 			held = "-"
 		}
 		toolCap, keys := limitsColumns(t.Limits)
+		if t.ExecutionRate != "" {
+			toolCap += " start " + t.ExecutionRate
+		}
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", t.Tool, len(t.LiveWorkers), t.Queued, t.InFlight, t.Redelivered, held, toolCap, keys)
 	}
 	_ = tw.Flush()

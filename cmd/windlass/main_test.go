@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/windlass-dev/windlass"
+	"github.com/windlass-dev/windlass/dispatcher"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -282,6 +283,21 @@ func TestBadLimitsAreRefusedAtStart(t *testing.T) {
 		var ee *exitError
 		if !errors.As(err, &ee) || ee.code != 2 || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: %v; want a usage error naming %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+// TestStatusTableShowsLimits: the fleet table shows a tool's calls in
+// flight over its cap, each key's over its cap with its rate, and the
+// tool's execution rate.
+func TestStatusTableShowsLimits(t *testing.T) {
+	var b bytes.Buffer
+	printFleet(&b, dispatcher.FleetStatus{Tools: []dispatcher.ToolStatus{{Tool: "pay", LiveWorkers: []string{"w1"}, ExecutionRate: "5/s",
+		Limits: &dispatcher.ToolLimitsStatus{MaxQueued: 100, InFlight: 3, Keys: map[string]dispatcher.KeyLimitStatus{
+			"acme": {Rate: "10/s", MaxInFlight: 5, InFlight: 3}, "default": {Rate: "none", MaxInFlight: -1}}}}}})
+	for _, want := range []string{"3/100 start 5/s", "acme 3/5 10/s, default 0/∞"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("status table lacks %q:\n%s", want, b.String())
 		}
 	}
 }
