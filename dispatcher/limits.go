@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/windlass-dev/windlass"
@@ -25,7 +26,19 @@ type admission struct {
 	slots    sync.Map         // call id -> *heldSlot
 	release  chan *limits.Slot
 	done     chan struct{} // closed when the releaser has stopped
+	// openUntil (Unix ns) is when Redis is asked again after it failed:
+	// until then calls are admitted unchecked, at once.
+	openUntil atomic.Int64
 }
+
+// admitTimeout bounds one admission check: Redis answers in well under a
+// millisecond, so one that takes longer is treated as unreachable.
+const admitTimeout = 500 * time.Millisecond
+
+// failOpenFor is how long calls are admitted unchecked after Redis could
+// not be asked, before it is asked again: an outage costs one slow check
+// a second, not one per call.
+const failOpenFor = time.Second
 
 // heldSlot is a slot this instance took for a call, until lapse.
 type heldSlot struct {
@@ -74,11 +87,20 @@ func (d *Dispatcher) admit(ctx context.Context, p *prepared) error {
 	if l.Rate.IsZero() && l.MaxInFlight <= 0 && toolMax <= 0 {
 		return nil
 	}
+	if time.Now().UnixNano() < a.openUntil.Load() {
+		d.metrics.Unenforced(ctx, tool)
+		return nil
+	}
 	lapse := p.call.Deadline.Add(slotGrace)
-	dec, err := a.enforcer.Admit(ctx, tool, key, p.call.ID, lapse, l, toolMax)
+	checkCtx, cancel := context.WithTimeout(ctx, admitTimeout)
+	dec, err := a.enforcer.Admit(checkCtx, tool, key, p.call.ID, lapse, l, toolMax)
+	cancel()
 	if err != nil {
 		d.metrics.Unenforced(ctx, tool)
-		d.cfg.Logger.WarnContext(ctx, "dispatcher: limits could not be checked; the call is admitted unlimited (admission limits fail open)", "tool", tool, "key", key, "error", err)
+		if ctx.Err() == nil {
+			a.openUntil.Store(time.Now().Add(failOpenFor).UnixNano())
+			d.cfg.Logger.WarnContext(ctx, "dispatcher: limits could not be checked; calls are admitted unchecked for a second (admission limits fail open)", "tool", tool, "key", key, "error", err)
+		}
 		return nil
 	}
 	if !dec.Allowed {

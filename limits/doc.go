@@ -81,7 +81,10 @@
 //
 // Admission limits (rate, in-flight and tool caps) fail open: the call is
 // admitted unlimited, the dispatcher logs it and counts it in the
-// windlass.dispatcher.limits.unenforced metric. An outage of the shared
+// windlass.dispatcher.limits.unenforced metric. A check that Redis does
+// not answer within half a second counts as a failure, and for a second
+// after one the dispatcher admits without asking: an outage costs one
+// slow call a second, not every call. An outage of the shared
 // counts must not stop every tenant's calls, and the calls stream's
 // bound, kept by the NATS server, still protects the fleet.
 //
