@@ -20,6 +20,7 @@ import (
 	"github.com/windlass-dev/windlass/internal/bench"
 	"github.com/windlass-dev/windlass/internal/fleettest"
 	"github.com/windlass-dev/windlass/internal/layout"
+	"github.com/windlass-dev/windlass/limits"
 )
 
 // BenchmarkWorkerMemory measures the resident memory of one worker process
@@ -46,7 +47,8 @@ func BenchmarkWorkerMemory(b *testing.B) {
 	}
 	b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	fleettest.WaitFor(b, 30*time.Second, "bench worker serving", func() bool { return strings.Contains(out.String(), "serving") })
-	d := f.Dispatcher(dispatcher.Config{})
+	// 10,000 calls of one key in flight: past the default caps on purpose.
+	d := f.Dispatcher(dispatcher.Config{Limits: limits.Unlimited()})
 	fleettest.WaitFor(b, 10*time.Second, "bench_sleep live", func() bool {
 		cat, _ := d.Catalog(ctx)
 		return len(cat) == 2
