@@ -64,6 +64,22 @@ func (f *failures) add(err error) {
 }
 
 func closedLoop(ctx context.Context, load Load, call CallFunc, done *atomic.Int64) Stats {
+	r := closedRun(ctx, load, call, done)
+	return summarize(r.lat, r.errors, r.firstErr, r.elapsed)
+}
+
+// run is what a closed loop measured, before it is summarised.
+type run struct {
+	lat      []time.Duration
+	errors   int
+	firstErr error
+	elapsed  time.Duration
+}
+
+func closedRun(ctx context.Context, load Load, call CallFunc, done *atomic.Int64) *run {
+	if done == nil {
+		done = new(atomic.Int64)
+	}
 	inflight := max(load.InFlight, 1)
 	var (
 		next   atomic.Int64
@@ -100,7 +116,46 @@ func closedLoop(ctx context.Context, load Load, call CallFunc, done *atomic.Int6
 		})
 	}
 	wg.Wait()
-	return summarize(all, fail.n, fail.first, time.Since(start))
+	return &run{lat: all, errors: fail.n, firstErr: fail.first, elapsed: time.Since(start)}
+}
+
+// MeasureInterleaved measures paths under the closed loop load
+// (load.Rate is ignored) in two halves, each path making half of
+// load.Calls in each: the paths in order, then in reverse order, so that
+// a steady drift of the machine's speed during the run (neighbours'
+// load, a server's growing state) falls on every path alike. Each path's
+// Stats are over both halves: its calls per second of its own measured
+// time, its percentiles over all its calls.
+func MeasureInterleaved(ctx context.Context, load Load, paths []CallFunc) []Stats {
+	runs := make([]run, len(paths))
+	half := load
+	for round := range 2 {
+		half.Calls = load.Calls / 2
+		if round == 1 {
+			half.Calls = load.Calls - half.Calls
+		}
+		if half.Calls == 0 {
+			continue
+		}
+		for j := range paths {
+			i := j
+			if round == 1 {
+				i = len(paths) - 1 - j
+			}
+			r := closedRun(ctx, half, paths[i], nil)
+			runs[i].lat = append(runs[i].lat, r.lat...)
+			runs[i].elapsed += r.elapsed
+			runs[i].errors += r.errors
+			if runs[i].firstErr == nil {
+				runs[i].firstErr = r.firstErr
+			}
+		}
+	}
+	stats := make([]Stats, len(paths))
+	for i, r := range runs {
+		stats[i] = summarize(r.lat, r.errors, r.firstErr, r.elapsed)
+	}
+	return stats
 }
 
 func openLoop(ctx context.Context, load Load, call CallFunc, done *atomic.Int64) Stats {
