@@ -120,29 +120,30 @@ func closedRun(ctx context.Context, load Load, call CallFunc, done *atomic.Int64
 }
 
 // MeasureInterleaved measures paths under the closed loop load
-// (load.Rate is ignored) in two halves, each path making half of
-// load.Calls in each: the paths in order, then in reverse order, so that
-// a steady drift of the machine's speed during the run (neighbours'
-// load, a server's growing state) falls on every path alike. Each path's
-// Stats are over both halves: its calls per second of its own measured
-// time, its percentiles over all its calls.
+// (load.Rate is ignored) in rounds, each path making its share of
+// load.Calls in each: the paths in order, then in reverse order, and so
+// on, so that the machine's drifts during the run (neighbours' load, a
+// server's growing state) fall on every path alike. The rounds are an
+// even number, at least 2, as many as leave each path at least 8 ×
+// load.InFlight calls a round (a closed loop's start and end are
+// ramps), at most 10. Each path's Stats are over all its rounds: its
+// calls per second of its own measured time, its percentiles over all
+// its calls.
 func MeasureInterleaved(ctx context.Context, load Load, paths []CallFunc) []Stats {
+	rounds := min(max(load.Calls/(8*max(load.InFlight, 1)), 2), 10) &^ 1
 	runs := make([]run, len(paths))
-	half := load
-	for round := range 2 {
-		half.Calls = load.Calls / 2
-		if round == 1 {
-			half.Calls = load.Calls - half.Calls
-		}
-		if half.Calls == 0 {
+	for round := range rounds {
+		part := load
+		part.Calls = load.Calls*(round+1)/rounds - load.Calls*round/rounds
+		if part.Calls == 0 {
 			continue
 		}
 		for j := range paths {
 			i := j
-			if round == 1 {
+			if round%2 == 1 {
 				i = len(paths) - 1 - j
 			}
-			r := closedRun(ctx, half, paths[i], nil)
+			r := closedRun(ctx, part, paths[i], nil)
 			runs[i].lat = append(runs[i].lat, r.lat...)
 			runs[i].elapsed += r.elapsed
 			runs[i].errors += r.errors
