@@ -44,7 +44,7 @@ faults: deps ## the long fault suite (5,000 calls a scenario: workers SIGKILLed 
 local: ## the production topology on this machine: 3 clustered NATS nodes, Redis, approval, 2 workers (deploy/local)
 	$(GO) run ./deploy/local
 
-bench: deps ## the targets of BENCHMARKS.md: the fleet beside raw NATS, the dispatcher's own work, argument validation with and without its fast path, a worker's memory with 10,000 calls, the approval path (5 runs each)
+bench: deps ## the targets of BENCHMARKS.md: the fleet beside raw NATS (and, at 64 and 512 in flight, with admission limits none/default/rate+caps), the dispatcher's own work, argument validation with and without its fast path, a worker's memory with 10,000 calls, the approval path (5 runs each)
 	$(GO) test -run '^$$' -bench 'RoundTrip' -benchtime 5000x -count 5 ./integration/
 	$(GO) test -run '^$$' -bench 'Prepare' -benchmem -count 5 ./dispatcher/
 	$(GO) test -run '^$$' -bench 'Validate' -benchmem -count 5 .

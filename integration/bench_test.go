@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/windlass-dev/windlass/internal/bench"
+	"github.com/windlass-dev/windlass/limits"
 )
 
 // startBench starts the benchmarks' fleet (internal/bench: embedded NATS, a
@@ -29,16 +30,41 @@ func startBench(b *testing.B) *bench.Env {
 // ratios to raw JetStream (the figures the README quotes), and its
 // throughput and p50 ratios to the stored round trip (the cost of the
 // fleet's own code). The code is
-// internal/bench's, the same as `windlass bench`'s.
+// internal/bench's, the same as `windlass bench`'s. "fleet" is a
+// dispatcher configured with nothing: the default admission limits
+// (package limits), one Redis round trip a call.
+//
+// At 64 and 512 in flight it measures the admission limits' cost too
+// (issue 20): the fleet through three more dispatchers, interleaved
+// (bench.MeasureInterleaved), with no limits (limits.Unlimited(),
+// "limits-none"), the defaults ("limits-default", the caps alone) and a
+// per-key rate of a million a second over the default caps
+// ("limits-rate+caps": two Redis round trips a call, never refused), and
+// each one's throughput ratio to "limits-none".
 //
 //	go test -run '^$' -bench RoundTrip -benchtime 5000x -count 5 ./integration/
 func BenchmarkRoundTrip(b *testing.B) {
 	env := startBench(b)
+	var limited []bench.CallFunc // none, default, rate+caps; opened at the first load that measures them
 	for _, inflight := range []int{1, 8, 64, 512} {
 		b.Run(fmt.Sprintf("inflight=%d", inflight), func(b *testing.B) {
 			ctx := context.Background()
 			paths := []bench.CallFunc{env.RawJetStream(0, 0), env.RawRequest(0, 0), env.RawStored(0, 0), env.Fleet(bench.NoopTool, 0, 0)}
-			for _, call := range paths { // connections, consumers, caches
+			withLimits := inflight >= 64
+			if withLimits && limited == nil {
+				for _, lim := range limitConfigs {
+					call, err := env.FleetLimited(ctx, lim.cfg, bench.NoopTool, 0, 0)
+					if err != nil {
+						b.Fatal(err)
+					}
+					limited = append(limited, call)
+				}
+			}
+			warm := paths
+			if withLimits {
+				warm = append(warm[:len(warm):len(warm)], limited...)
+			}
+			for _, call := range warm { // connections, consumers, caches
 				bench.Measure(ctx, bench.Load{InFlight: inflight, Calls: 200}, call, nil)
 			}
 			b.ResetTimer()
@@ -46,6 +72,15 @@ func BenchmarkRoundTrip(b *testing.B) {
 			for i, call := range paths {
 				if stats[i] = bench.Measure(ctx, bench.Load{InFlight: inflight, Calls: b.N}, call, nil); stats[i].Errors > 0 {
 					b.Fatalf("%d calls failed: %s", stats[i].Errors, stats[i].FirstError)
+				}
+			}
+			var lstats []bench.Stats
+			if withLimits {
+				lstats = bench.MeasureInterleaved(ctx, bench.Load{InFlight: inflight, Calls: b.N}, limited)
+				for i, s := range lstats {
+					if s.Errors > 0 {
+						b.Fatalf("limits=%s: %d calls failed: %s", limitConfigs[i].name, s.Errors, s.FirstError)
+					}
 				}
 			}
 			b.StopTimer()
@@ -64,8 +99,29 @@ func BenchmarkRoundTrip(b *testing.B) {
 			b.ReportMetric(raw.P99, "raw-p99-µs")
 			b.ReportMetric(fleet.P99, "fleet-p99-µs")
 			b.ReportMetric(fleet.P99/raw.P99, "p99-ratio")
+			for i, s := range lstats {
+				name := limitConfigs[i].name
+				b.ReportMetric(s.PerSec, "limits-"+name+"-calls/s")
+				b.ReportMetric(s.P50, "limits-"+name+"-p50-µs")
+				if i > 0 {
+					b.ReportMetric(s.PerSec/lstats[0].PerSec, "limits-"+name+"-ratio")
+				}
+			}
 		})
 	}
+}
+
+// limitConfigs are the admission limits BenchmarkRoundTrip compares, the
+// first ("none") the base of the others' ratios.
+var limitConfigs = []struct {
+	name string
+	cfg  limits.Config
+}{
+	{"none", limits.Unlimited()},
+	{"default", limits.Config{}},
+	// A rate checked on every call and never refusing one, over the
+	// default caps: the Lua script's round trip and redis_rate's.
+	{"rate+caps", limits.Config{Default: limits.Limit{Rate: limits.PerSecond(limits.MaxEvents)}}},
 }
 
 // BenchmarkScenarios runs internal/bench's scenarios — both tools, the three

@@ -41,9 +41,14 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	external := boolFlag(fs, "external-worker", false, "start no worker here: a 'windlass bench --serve' process serves the bench tools")
 	serve := boolFlag(fs, "serve", false, "only serve the bench tools as a worker (against --nats-url and --redis-url) until interrupted")
 	logLevel := stringFlag(fs, "log-level", "error", "log level of the fleet's logs on stderr: debug, info, warn, error")
+	readLimits := limitsFlags(fs) // the measured dispatcher's, as `windlass dispatcher`'s
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
+	}
+	lim, err := readLimits()
+	if err != nil {
+		return &exitError{code: 2, err: err}
 	}
 	if len(pos) > 0 {
 		return &exitError{code: 2, err: fmt.Errorf("%s takes no arguments, got %q", fs.Name(), pos)}
@@ -84,7 +89,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 
 	env, err := bench.Start(ctx, bench.Options{NATSURL: *natsURL, RedisURL: *redisURL, RedisPrefix: *prefix,
-		SyncAlways: *syncAlways, ExternalWorker: *external, Concurrency: *concurrency, Logger: log})
+		SyncAlways: *syncAlways, ExternalWorker: *external, Concurrency: *concurrency, Limits: lim, Logger: log})
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -115,6 +116,37 @@ func TestMeasureCounts(t *testing.T) {
 		}, nil)
 		if n := made.Load(); n != 101 || s.Calls != 101 || s.Errors != 10 {
 			t.Errorf("load %+v: made %d calls, stats %+v; want 101 calls, 10 failed", load, n, s)
+		}
+	}
+}
+
+func TestMeasureInterleaved(t *testing.T) {
+	for _, load := range []Load{{InFlight: 4, Calls: 101}, {InFlight: 64, Calls: 1}, {InFlight: 1, Calls: 1000}} {
+		var made [3]atomic.Int64
+		var order []int // the path of each call, in a single-caller load
+		paths := make([]CallFunc, len(made))
+		for i := range paths {
+			paths[i] = func(context.Context) error {
+				if made[i].Add(1)%10 == 0 {
+					return errors.New("every tenth fails")
+				}
+				if load.InFlight == 1 && (len(order) == 0 || order[len(order)-1] != i) {
+					order = append(order, i)
+				}
+				return nil
+			}
+		}
+		stats := MeasureInterleaved(context.Background(), load, paths)
+		for i, s := range stats {
+			if n := made[i].Load(); n != int64(load.Calls) || s.Calls != load.Calls || s.Errors != load.Calls/10 {
+				t.Errorf("load %+v, path %d: made %d calls, stats %+v; want %d calls, %d failed", load, i, n, s, load.Calls, load.Calls/10)
+			}
+		}
+		if load.InFlight == 1 { // 10 rounds: 0 1 2, 2 1 0, … (consecutive calls of one path count once)
+			want := []int{0, 1, 2, 1, 0, 1, 2, 1, 0, 1, 2, 1, 0, 1, 2, 1, 0, 1, 2, 1, 0}
+			if !slices.Equal(order, want) {
+				t.Errorf("load %+v: paths called in order %v, want %v", load, order, want)
+			}
 		}
 	}
 }

@@ -26,5 +26,10 @@
 // call's intended send time, so a stall shows in the latencies instead of
 // silently lowering the offered load (no coordinated omission).
 //
+// The measured dispatcher has the admission limits of Options.Limits (the
+// protective defaults unless set); [Env.FleetLimited] measures the fleet
+// through another dispatcher with other limits, and [MeasureInterleaved]
+// alternates paths so that their ratios are fair on a noisy machine.
+//
 // Latencies are kept as sorted samples, so percentiles are exact.
 package bench

@@ -17,6 +17,7 @@ import (
 
 	"github.com/windlass-dev/windlass/dispatcher"
 	"github.com/windlass-dev/windlass/internal/testserver"
+	"github.com/windlass-dev/windlass/limits"
 	"github.com/windlass-dev/windlass/registry"
 )
 
@@ -41,6 +42,12 @@ type Options struct {
 	ExternalWorker bool
 	// Concurrency of the in-process worker, per tool. Default 1024.
 	Concurrency int
+	// Limits are the admission limits of the dispatcher measured as
+	// "fleet". The zero value is the protective defaults, what a
+	// dispatcher configured with nothing enforces (one Redis round trip
+	// a call); limits.Unlimited() has none. [Env.FleetLimited] measures
+	// others beside it.
+	Limits limits.Config
 	// Logger receives the fleet's logs. Default: discard.
 	Logger *slog.Logger
 }
@@ -57,6 +64,9 @@ type Env struct {
 	conns      []*nats.Conn
 	clients    []*redis.Client
 	d          *dispatcher.Dispatcher
+	others     []*dispatcher.Dispatcher // FleetLimited's
+	opts       Options
+	log        *slog.Logger
 	raw        *raw
 	rawStored  *rawStored
 	stopWorker context.CancelFunc
@@ -71,7 +81,7 @@ func Start(ctx context.Context, opts Options) (e *Env, err error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	e = &Env{run: strings.ToUpper(rand.Text()[:8]), natsURL: opts.NATSURL, redisURL: opts.RedisURL}
+	e = &Env{run: strings.ToUpper(rand.Text()[:8]), natsURL: opts.NATSURL, redisURL: opts.RedisURL, opts: opts, log: log}
 	defer func() {
 		if err != nil {
 			e.Close()
@@ -83,7 +93,7 @@ func Start(ctx context.Context, opts Options) (e *Env, err error) {
 		func() error { return e.startWorker(ctx, opts, log) },
 		func() error { return e.startDispatcher(ctx, opts, log) },
 		func() error { return e.startRaw(ctx) },
-		func() error { return e.waitLive(ctx, 30*time.Second) },
+		func() error { return e.waitLive(ctx, e.d, 30*time.Second) },
 	} {
 		if err := step(); err != nil {
 			return nil, err
@@ -154,19 +164,27 @@ func (e *Env) startWorker(ctx context.Context, opts Options, log *slog.Logger) e
 }
 
 // startDispatcher opens the dispatcher the fleet is measured through.
-func (e *Env) startDispatcher(ctx context.Context, opts Options, log *slog.Logger) error {
-	dc, err := e.conn("dispatcher")
+func (e *Env) startDispatcher(ctx context.Context, opts Options, log *slog.Logger) (err error) {
+	e.d, err = e.dispatcher(ctx, "dispatcher", opts.Limits)
+	return err
+}
+
+// dispatcher opens a dispatcher with admission limits lim on a NATS
+// connection and a Redis client of its own, closed by Close.
+func (e *Env) dispatcher(ctx context.Context, name string, lim limits.Config) (*dispatcher.Dispatcher, error) {
+	dc, err := e.conn(name)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	dr, err := e.registry(opts, log)
+	dr, err := e.registry(e.opts, e.log)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if e.d, err = dispatcher.New(ctx, dispatcher.Config{Conn: dc, Registry: dr, Logger: log}); err != nil {
-		return fmt.Errorf("bench: %w", err)
+	d, err := dispatcher.New(ctx, dispatcher.Config{Conn: dc, Registry: dr, Limits: lim, Logger: e.log})
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
 	}
-	return nil
+	return d, nil
 }
 
 // startRaw starts the raw JetStream baselines: the plain round trip and
@@ -187,14 +205,14 @@ func (e *Env) startRaw(ctx context.Context) error {
 	return err
 }
 
-// waitLive waits until the dispatcher's view has both bench tools live.
-func (e *Env) waitLive(ctx context.Context, within time.Duration) error {
+// waitLive waits until d's view has both bench tools live.
+func (e *Env) waitLive(ctx context.Context, d *dispatcher.Dispatcher, within time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, within)
 	defer cancel()
 	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()
 	for {
-		cat, _ := e.d.Catalog(ctx)
+		cat, _ := d.Catalog(ctx)
 		live := 0
 		for _, entry := range cat {
 			if entry.Spec.Name == NoopTool || entry.Spec.Name == SleepTool {
@@ -227,6 +245,9 @@ func (e *Env) Close() {
 		}
 		if e.d != nil {
 			_ = e.d.Close()
+		}
+		for _, d := range e.others {
+			_ = d.Close()
 		}
 		if e.stopWorker != nil {
 			e.stopWorker()
@@ -274,9 +295,33 @@ func Arguments(tool string, payload int, sleep time.Duration) json.RawMessage {
 // Fleet returns a call of tool through the fleet with about payload bytes
 // of arguments; sleep is bench_sleep's.
 func (e *Env) Fleet(tool string, payload int, sleep time.Duration) CallFunc {
+	return fleetCall(e.d, tool, payload, sleep)
+}
+
+// FleetLimited is [Env.Fleet] through another dispatcher of the same
+// fleet (its own NATS connection and Redis client, as the measured
+// dispatcher's), whose admission limits are lim: the cost of limits is
+// its calls/s beside FleetLimited(limits.Unlimited(), …)'s in the same
+// run. Each FleetLimited opens a dispatcher, closed by Close; ctx bounds
+// its start. Dispatchers with limits share their counts in Redis: measure
+// them one after the other.
+func (e *Env) FleetLimited(ctx context.Context, lim limits.Config, tool string, payload int, sleep time.Duration) (CallFunc, error) {
+	d, err := e.dispatcher(ctx, fmt.Sprintf("dispatcher %d", len(e.others)+2), lim)
+	if err != nil {
+		return nil, err
+	}
+	e.others = append(e.others, d)
+	if err := e.waitLive(ctx, d, 30*time.Second); err != nil {
+		return nil, err
+	}
+	return fleetCall(d, tool, payload, sleep), nil
+}
+
+// fleetCall is a call of tool through d; see [Env.Fleet].
+func fleetCall(d *dispatcher.Dispatcher, tool string, payload int, sleep time.Duration) CallFunc {
 	args := Arguments(tool, payload, sleep)
 	return func(ctx context.Context) error {
-		r, err := e.d.Call(ctx, tool, args)
+		r, err := d.Call(ctx, tool, args)
 		if err != nil {
 			return err
 		}

@@ -64,6 +64,22 @@ func (f *failures) add(err error) {
 }
 
 func closedLoop(ctx context.Context, load Load, call CallFunc, done *atomic.Int64) Stats {
+	r := closedRun(ctx, load, call, done)
+	return summarize(r.lat, r.errors, r.firstErr, r.elapsed)
+}
+
+// run is what a closed loop measured, before it is summarised.
+type run struct {
+	lat      []time.Duration
+	errors   int
+	firstErr error
+	elapsed  time.Duration
+}
+
+func closedRun(ctx context.Context, load Load, call CallFunc, done *atomic.Int64) *run {
+	if done == nil {
+		done = new(atomic.Int64)
+	}
 	inflight := max(load.InFlight, 1)
 	var (
 		next   atomic.Int64
@@ -100,7 +116,47 @@ func closedLoop(ctx context.Context, load Load, call CallFunc, done *atomic.Int6
 		})
 	}
 	wg.Wait()
-	return summarize(all, fail.n, fail.first, time.Since(start))
+	return &run{lat: all, errors: fail.n, firstErr: fail.first, elapsed: time.Since(start)}
+}
+
+// MeasureInterleaved measures paths under the closed loop load
+// (load.Rate is ignored) in rounds, each path making its share of
+// load.Calls in each: the paths in order, then in reverse order, and so
+// on, so that the machine's drifts during the run (neighbours' load, a
+// server's growing state) fall on every path alike. The rounds are an
+// even number, at least 2, as many as leave each path at least 8 ×
+// load.InFlight calls a round (a closed loop's start and end are
+// ramps), at most 10. Each path's Stats are over all its rounds: its
+// calls per second of its own measured time, its percentiles over all
+// its calls.
+func MeasureInterleaved(ctx context.Context, load Load, paths []CallFunc) []Stats {
+	rounds := min(max(load.Calls/(8*max(load.InFlight, 1)), 2), 10) &^ 1
+	runs := make([]run, len(paths))
+	for round := range rounds {
+		part := load
+		part.Calls = load.Calls*(round+1)/rounds - load.Calls*round/rounds
+		if part.Calls == 0 {
+			continue
+		}
+		for j := range paths {
+			i := j
+			if round%2 == 1 {
+				i = len(paths) - 1 - j
+			}
+			r := closedRun(ctx, part, paths[i], nil)
+			runs[i].lat = append(runs[i].lat, r.lat...)
+			runs[i].elapsed += r.elapsed
+			runs[i].errors += r.errors
+			if runs[i].firstErr == nil {
+				runs[i].firstErr = r.firstErr
+			}
+		}
+	}
+	stats := make([]Stats, len(paths))
+	for i, r := range runs {
+		stats[i] = summarize(r.lat, r.errors, r.firstErr, r.elapsed)
+	}
+	return stats
 }
 
 func openLoop(ctx context.Context, load Load, call CallFunc, done *atomic.Int64) Stats {
