@@ -56,6 +56,7 @@ type Slot struct {
 // execution rates. It is safe for concurrent use.
 type Enforcer struct {
 	rdb    redis.UniversalClient
+	batch  *batcher // rdb, for the per-call scripts: concurrent calls share round trips
 	prefix string
 	rates  *redis_rate.Limiter
 }
@@ -63,7 +64,8 @@ type Enforcer struct {
 // NewEnforcer returns an enforcer over rdb whose keys start with prefix
 // (the registry's, "windlass:" by default).
 func NewEnforcer(rdb redis.UniversalClient, prefix string) *Enforcer {
-	return &Enforcer{rdb: rdb, prefix: prefix, rates: redis_rate.NewLimiter(rdb)}
+	b := &batcher{rdb: rdb}
+	return &Enforcer{rdb: rdb, batch: b, prefix: prefix, rates: redis_rate.NewLimiter(b)}
 }
 
 // The Redis keys, all of one tool in one hash slot ({tool}): see the
@@ -83,9 +85,10 @@ func toolMember(key, callID string) string { return key + " " + callID }
 
 // admitScript takes a slot for a call under its key's cap and its tool's
 // cap, or says which is full. Each set holds the calls in flight, scored
-// by when their slot lapses even if nobody releases it; lapsed ones are
-// dropped first. A call whose id holds its slot already is admitted
-// again without a second slot.
+// by when their slot lapses even if nobody releases it. The common case
+// is two adds, two counts and two expiries: lapsed slots are dropped only
+// when a set seems full, and a call whose id holds its slot already (a
+// resubmit) is found by its add, admitted again without a second slot.
 //
 // KEYS: the key's set, the tool's set. ARGV: now and lapse (ms), the
 // call id, the tool's member, the key's cap, the tool's cap (0: none).
@@ -94,17 +97,29 @@ func toolMember(key, callID string) string { return key + " " + callID }
 var admitScript = redis.NewScript(`
 local now, lapse = tonumber(ARGV[1]), tonumber(ARGV[2])
 local keyCap, toolCap = tonumber(ARGV[5]), tonumber(ARGV[6])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
-if redis.call('ZSCORE', KEYS[1], ARGV[3]) then return 1 end
-if keyCap > 0 and redis.call('ZCARD', KEYS[1]) >= keyCap then return 2 end
-if toolCap > 0 and redis.call('ZCARD', KEYS[2]) >= toolCap then return 3 end
-redis.call('ZADD', KEYS[1], lapse, ARGV[3])
+local function over(set, cap)
+  if cap <= 0 or redis.call('ZCARD', set) <= cap then return false end
+  redis.call('ZREMRANGEBYSCORE', set, '-inf', now)
+  return redis.call('ZCARD', set) > cap
+end
+local function expire(set)
+  if redis.call('PEXPIREAT', set, lapse, 'GT') == 0 and redis.call('PTTL', set) == -1 then
+    redis.call('PEXPIREAT', set, lapse)
+  end
+end
+if redis.call('ZADD', KEYS[1], 'NX', lapse, ARGV[3]) == 0 then return 1 end
+if over(KEYS[1], keyCap) then
+  redis.call('ZREM', KEYS[1], ARGV[3])
+  return 2
+end
 redis.call('ZADD', KEYS[2], lapse, ARGV[4])
-redis.call('PEXPIREAT', KEYS[1], lapse, 'GT')
-redis.call('PEXPIREAT', KEYS[2], lapse, 'GT')
-redis.call('PEXPIREAT', KEYS[1], lapse, 'NX')
-redis.call('PEXPIREAT', KEYS[2], lapse, 'NX')
+if over(KEYS[2], toolCap) then
+  redis.call('ZREM', KEYS[2], ARGV[4])
+  redis.call('ZREM', KEYS[1], ARGV[3])
+  return 3
+end
+expire(KEYS[1])
+expire(KEYS[2])
 return 0
 `)
 
@@ -117,7 +132,7 @@ return 0
 func (e *Enforcer) Admit(ctx context.Context, tool, key, callID string, lapse time.Time, l Limit, toolMax int) (Decision, error) {
 	var slot *Slot
 	if l.MaxInFlight > 0 || toolMax > 0 {
-		n, err := admitScript.Run(ctx, e.rdb, []string{e.keySlots(tool, key), e.toolSlots(tool)},
+		n, err := admitScript.Run(ctx, e.batch, []string{e.keySlots(tool, key), e.toolSlots(tool)},
 			time.Now().UnixMilli(), lapse.UnixMilli(), callID, toolMember(key, callID), max(l.MaxInFlight, 0), max(toolMax, 0)).Int()
 		if err != nil {
 			return Decision{}, fmt.Errorf("limits: admit a call of %q for key %q: %w", tool, key, err)

@@ -1,0 +1,126 @@
+package limits
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// batcher sends the Redis commands of concurrent callers together, one
+// pipeline per round trip: while one batch is on the wire, the commands
+// that arrive queue up and go in the next. Every admitted call asks Redis
+// once or twice before it is published, and with 64 calls in flight one
+// round trip each cost a fifth of the fleet's throughput on a 2-core
+// machine (BENCHMARKS.md, "Limits"): the syscalls and the wait for one of
+// the pool's connections, not Redis's work. go-redis has no automatic
+// pipelining, and redis_rate calls its script synchronously, so the
+// batcher stands in for the client: it implements redis.Scripter (and
+// what redis_rate asks of a client), each call waiting for its batch.
+//
+// No goroutine runs while nothing is queued: the first caller to find the
+// batcher idle starts one, which drains the queue and ends.
+type batcher struct {
+	rdb redis.UniversalClient
+
+	mu      sync.Mutex
+	queue   []*batched
+	running bool
+}
+
+// batched is one command waiting for its batch.
+type batched struct {
+	build func(redis.Pipeliner) redis.Cmder
+	cmd   redis.Cmder
+	done  chan struct{}
+}
+
+// maxBatch bounds the commands sent in one pipeline.
+const maxBatch = 512
+
+// batchTimeout bounds one batch's round trip.
+const batchTimeout = 5 * time.Second
+
+// do queues build and waits for its batch, or for ctx; it returns the
+// command build made, executed, or one failed with ctx's error.
+func do[C redis.Cmder](ctx context.Context, b *batcher, build func(redis.Pipeliner) C) C {
+	r := &batched{build: func(p redis.Pipeliner) redis.Cmder { return build(p) }, done: make(chan struct{})}
+	b.mu.Lock()
+	b.queue = append(b.queue, r)
+	start := !b.running
+	b.running = true
+	b.mu.Unlock()
+	if start {
+		go b.drain()
+	}
+	select {
+	case <-r.done:
+		return r.cmd.(C)
+	case <-ctx.Done():
+		c := build(b.rdb.Pipeline()) // a command of the right kind, never sent
+		c.SetErr(ctx.Err())
+		return c
+	}
+}
+
+// drain sends batches until the queue is empty.
+func (b *batcher) drain() {
+	for {
+		b.mu.Lock()
+		n := min(len(b.queue), maxBatch)
+		if n == 0 {
+			b.running = false
+			b.mu.Unlock()
+			return
+		}
+		batch := b.queue[:n:n]
+		b.queue = b.queue[n:]
+		if len(b.queue) == 0 {
+			b.queue = nil // let the backing array go
+		}
+		b.mu.Unlock()
+
+		ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
+		pipe := b.rdb.Pipeline()
+		for _, r := range batch {
+			r.cmd = r.build(pipe)
+		}
+		_, _ = pipe.Exec(ctx) // each command holds its own result or error
+		cancel()
+		for _, r := range batch {
+			close(r.done)
+		}
+	}
+}
+
+// The client methods scripts need (redis.Scripter, and redis_rate's
+// client), each sent in a batch.
+
+func (b *batcher) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	return do(ctx, b, func(p redis.Pipeliner) *redis.Cmd { return p.Eval(ctx, script, keys, args...) })
+}
+
+func (b *batcher) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
+	return do(ctx, b, func(p redis.Pipeliner) *redis.Cmd { return p.EvalSha(ctx, sha1, keys, args...) })
+}
+
+func (b *batcher) EvalRO(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	return do(ctx, b, func(p redis.Pipeliner) *redis.Cmd { return p.EvalRO(ctx, script, keys, args...) })
+}
+
+func (b *batcher) EvalShaRO(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
+	return do(ctx, b, func(p redis.Pipeliner) *redis.Cmd { return p.EvalShaRO(ctx, sha1, keys, args...) })
+}
+
+func (b *batcher) ScriptExists(ctx context.Context, hashes ...string) *redis.BoolSliceCmd {
+	return do(ctx, b, func(p redis.Pipeliner) *redis.BoolSliceCmd { return p.ScriptExists(ctx, hashes...) })
+}
+
+func (b *batcher) ScriptLoad(ctx context.Context, script string) *redis.StringCmd {
+	return do(ctx, b, func(p redis.Pipeliner) *redis.StringCmd { return p.ScriptLoad(ctx, script) })
+}
+
+func (b *batcher) Del(ctx context.Context, keys ...string) *redis.IntCmd {
+	return do(ctx, b, func(p redis.Pipeliner) *redis.IntCmd { return p.Del(ctx, keys...) })
+}
