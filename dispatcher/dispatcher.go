@@ -22,6 +22,7 @@ import (
 	"github.com/windlass-dev/windlass/internal/payload"
 	"github.com/windlass-dev/windlass/internal/retry"
 	"github.com/windlass-dev/windlass/internal/telemetry"
+	"github.com/windlass-dev/windlass/limits"
 	"github.com/windlass-dev/windlass/registry"
 )
 
@@ -61,6 +62,14 @@ type Config struct {
 	// Replicas of the streams the dispatcher creates when they are missing.
 	// Default 1.
 	Replicas int
+	// MaxQueuedCalls bounds the calls stream: the calls of every tool
+	// queued or running, together (limits.Config.StreamMaxQueued). Past
+	// it the NATS server refuses a new call and the caller gets
+	// overloaded, with a retry-after. New applies it to the stream, one
+	// that exists too (logged at info when it changes), so every
+	// dispatcher of a fleet should be given the same bound. Default
+	// limits.DefaultMaxQueuedCalls (100,000); limits.NoLimit for none.
+	MaxQueuedCalls int
 	// InlineLimit is the largest call message sent inline, in bytes;
 	// the arguments of a larger call travel by reference, through the
 	// fleet's object store (see PROTOCOL.md, "Payloads by reference").
@@ -128,6 +137,7 @@ func (c Config) withDefaults() Config {
 	c.QueueAllowance = cmp.Or(c.QueueAllowance, DefaultQueueAllowance)
 	c.MaxWait = cmp.Or(c.MaxWait, DefaultMaxWait)
 	c.ApprovalWait = cmp.Or(c.ApprovalWait, DefaultApprovalWait)
+	c.MaxQueuedCalls = cmp.Or(c.MaxQueuedCalls, limits.DefaultMaxQueuedCalls)
 	c.PayloadLimit = cmp.Or(c.PayloadLimit, payload.DefaultMax)
 	c.InlineLimit = cmp.Or(c.InlineLimit, min(payload.DefaultInline, c.PayloadLimit))
 	if c.Logger == nil {
@@ -150,6 +160,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("dispatcher: Config.MaxWait must not be negative, got %s", c.MaxWait)
 	case c.ApprovalWait < 0:
 		return fmt.Errorf("dispatcher: Config.ApprovalWait must not be negative, got %s", c.ApprovalWait)
+	case c.MaxQueuedCalls < limits.NoLimit:
+		return fmt.Errorf("dispatcher: Config.MaxQueuedCalls must be positive, 0 (the default) or limits.NoLimit (-1), got %d", c.MaxQueuedCalls)
 	case c.InlineLimit < 0:
 		return fmt.Errorf("dispatcher: Config.InlineLimit must not be negative, got %d", c.InlineLimit)
 	case c.PayloadLimit < c.InlineLimit:
@@ -171,9 +183,19 @@ func New(ctx context.Context, cfg Config) (*Dispatcher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dispatcher: jetstream: %w", err)
 	}
-	opts := layout.StreamOptions{Replicas: cfg.Replicas}
+	opts := layout.StreamOptions{Replicas: cfg.Replicas, MaxQueuedCalls: cfg.MaxQueuedCalls}
 	if err := layout.EnsureStreams(ctx, js, layout.AllStreams(opts)...); err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
+	}
+	// The dispatchers admit calls, so they, and only they, apply the
+	// bound to a calls stream that exists.
+	bound, err := layout.BoundCalls(ctx, js, opts)
+	if err != nil {
+		return nil, fmt.Errorf("dispatcher: %w", err)
+	}
+	if bound != nil {
+		cfg.Logger.InfoContext(ctx, "dispatcher: bounded the calls stream",
+			"max_msgs_was", bound.FromMaxMsgs, "max_msgs", bound.ToMaxMsgs, "discard_was", bound.FromDiscard.String(), "discard", bound.ToDiscard.String())
 	}
 	obs, err := layout.EnsurePayloads(ctx, js, opts)
 	if err != nil {
