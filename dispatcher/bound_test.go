@@ -118,8 +118,9 @@ func (s *syncBuffer) String() string {
 // before streams had a bound (no MaxMsgs, discard old) holding 5 queued
 // calls gets the bound of a dispatcher started with one (logged at info),
 // which drops none of them but refuses the next call; other processes
-// (EnsureStreams with the defaults) leave the bound as it is; a dispatcher
-// started with limits.NoLimit unbounds the stream again.
+// (EnsureStreams with the defaults, a dispatcher given no bound) leave the
+// bound as it is; a dispatcher started with limits.NoLimit unbounds the
+// stream again.
 func TestDispatcherBoundsAnExistingCallsStream(t *testing.T) {
 	t.Parallel()
 	f := fleettest.New(t)
@@ -157,12 +158,14 @@ func TestDispatcherBoundsAnExistingCallsStream(t *testing.T) {
 	wantOverloaded(t, "Submit over a lowered bound", err, "bound of 3 calls")
 
 	// A worker or the approval service ensures the streams with the
-	// defaults: an existing stream keeps its bound.
+	// defaults, and a dispatcher given no bound (a CLI command) starts:
+	// an existing stream keeps its bound.
 	if err := layout.EnsureStreams(t.Context(), js, layout.AllStreams(layout.StreamOptions{})...); err != nil {
 		t.Fatal(err)
 	}
+	f.Dispatcher(dispatcher.Config{})
 	if _, cfg := queued(t, js); cfg.MaxMsgs != 3 {
-		t.Errorf("EnsureStreams with the defaults changed the bound to %d", cfg.MaxMsgs)
+		t.Errorf("EnsureStreams with the defaults, or a dispatcher with no bound, changed the bound to %d", cfg.MaxMsgs)
 	}
 
 	f.Dispatcher(dispatcher.Config{MaxQueuedCalls: limits.NoLimit})

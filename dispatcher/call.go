@@ -432,7 +432,7 @@ var errQueueFull = errors.New("dispatcher: the calls stream is full")
 // reference), and its id may be used again.
 func (d *Dispatcher) overloaded(p *prepared) *windlass.CallError {
 	bound := "its bound"
-	if n := d.cfg.MaxQueuedCalls; n > 0 {
+	if n := d.callsBound; n > 0 {
 		bound = fmt.Sprintf("its bound of %d calls", n)
 	}
 	return &windlass.CallError{Code: windlass.CodeOverloaded, Retryable: true, RetryAfterMS: limits.SlotRetryAfter.Milliseconds(),

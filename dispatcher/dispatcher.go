@@ -65,10 +65,14 @@ type Config struct {
 	// MaxQueuedCalls bounds the calls stream: the calls of every tool
 	// queued or running, together (limits.Config.StreamMaxQueued). Past
 	// it the NATS server refuses a new call and the caller gets
-	// overloaded, with a retry-after. New applies it to the stream, one
-	// that exists too (logged at info when it changes), so every
-	// dispatcher of a fleet should be given the same bound. Default
-	// limits.DefaultMaxQueuedCalls (100,000); limits.NoLimit for none.
+	// overloaded, with a retry-after. A bound set here (a positive
+	// number, or limits.NoLimit for none) is applied by New to the
+	// stream, one that exists too (logged at info when it changes), so
+	// every long-running dispatcher of a fleet should be given the same
+	// one. 0 creates a missing stream with limits.DefaultMaxQueuedCalls
+	// (100,000) and leaves an existing stream's bound as it is: what a
+	// short-lived dispatcher (a CLI command) must do, not to undo the
+	// operator's bound.
 	MaxQueuedCalls int
 	// InlineLimit is the largest call message sent inline, in bytes;
 	// the arguments of a larger call travel by reference, through the
@@ -111,6 +115,10 @@ type Dispatcher struct {
 	view     *registry.View
 	sub      *nats.Subscription
 
+	// callsBound is the calls stream's MaxMsgs as New found it (-1:
+	// none), for the refusal of a call it had no room for.
+	callsBound int64
+
 	tracer            telemetry.Tracer
 	metrics           *telemetry.DispatcherMetrics // nil: metrics off
 	unobserveRegistry func()
@@ -137,7 +145,6 @@ func (c Config) withDefaults() Config {
 	c.QueueAllowance = cmp.Or(c.QueueAllowance, DefaultQueueAllowance)
 	c.MaxWait = cmp.Or(c.MaxWait, DefaultMaxWait)
 	c.ApprovalWait = cmp.Or(c.ApprovalWait, DefaultApprovalWait)
-	c.MaxQueuedCalls = cmp.Or(c.MaxQueuedCalls, limits.DefaultMaxQueuedCalls)
 	c.PayloadLimit = cmp.Or(c.PayloadLimit, payload.DefaultMax)
 	c.InlineLimit = cmp.Or(c.InlineLimit, min(payload.DefaultInline, c.PayloadLimit))
 	if c.Logger == nil {
@@ -187,15 +194,17 @@ func New(ctx context.Context, cfg Config) (*Dispatcher, error) {
 	if err := layout.EnsureStreams(ctx, js, layout.AllStreams(opts)...); err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
-	// The dispatchers admit calls, so they, and only they, apply the
-	// bound to a calls stream that exists.
-	bound, err := layout.BoundCalls(ctx, js, opts)
-	if err != nil {
-		return nil, fmt.Errorf("dispatcher: %w", err)
-	}
-	if bound != nil {
-		cfg.Logger.InfoContext(ctx, "dispatcher: bounded the calls stream",
-			"max_msgs_was", bound.FromMaxMsgs, "max_msgs", bound.ToMaxMsgs, "discard_was", bound.FromDiscard.String(), "discard", bound.ToDiscard.String())
+	if cfg.MaxQueuedCalls != 0 {
+		// The dispatchers admit calls, so they, and only they, apply a
+		// bound they were given to a calls stream that exists.
+		bound, err := layout.BoundCalls(ctx, js, opts)
+		if err != nil {
+			return nil, fmt.Errorf("dispatcher: %w", err)
+		}
+		if bound != nil {
+			cfg.Logger.InfoContext(ctx, "dispatcher: bounded the calls stream",
+				"max_msgs_was", bound.FromMaxMsgs, "max_msgs", bound.ToMaxMsgs, "discard_was", bound.FromDiscard.String(), "discard", bound.ToDiscard.String())
+		}
 	}
 	obs, err := layout.EnsurePayloads(ctx, js, opts)
 	if err != nil {
@@ -211,6 +220,7 @@ func New(ctx context.Context, cfg Config) (*Dispatcher, error) {
 			return nil, fmt.Errorf("dispatcher: stream %s: %w", name, err)
 		}
 	}
+	d.callsBound = d.calls.CachedInfo().Config.MaxMsgs
 	d.sub, err = cfg.Conn.Subscribe(layout.ResultInbox(cfg.ID), d.onResult)
 	if err != nil {
 		return nil, fmt.Errorf("dispatcher: subscribe to results: %w", err)
