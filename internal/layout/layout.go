@@ -534,7 +534,9 @@ func EnsurePayloads(ctx context.Context, js jetstream.JetStream, o StreamOptions
 // EnsureStreams creates each stream that is missing. A stream that exists
 // is left as it is: a process started with dev defaults (one replica) never
 // rewrites a production stream (three replicas); change a stream's settings
-// deliberately, with the nats CLI or a deploy step. It is idempotent and safe
+// deliberately, with the nats CLI or a deploy step. Two exceptions: the
+// calls stream of a protocol 1 fleet is migrated (migrateCalls), and a
+// dispatcher given a bound applies it with [BoundCalls]. It is idempotent and safe
 // to run from every process that uses the streams. A request the server
 // does not answer in time (a slow disk creating a stream, a server still
 // starting) is made again, three times in all (ensurePolicy), while ctx lasts.
