@@ -197,9 +197,14 @@ func New(ctx context.Context, cfg Config) (*Dispatcher, error) {
 	if cfg.MaxQueuedCalls != 0 {
 		// The dispatchers admit calls, so they, and only they, apply a
 		// bound they were given to a calls stream that exists.
+		// Not fatal: the stream takes calls without it. Under the
+		// shipped NATS permissions (deploy/nats/accounts.conf) only the
+		// approval role may update the stream, and the request times out.
 		bound, err := layout.BoundCalls(ctx, js, opts)
 		if err != nil {
-			return nil, fmt.Errorf("dispatcher: %w", err)
+			cfg.Logger.WarnContext(ctx, "dispatcher: could not bound the calls stream; it keeps its bound",
+				"stream", layout.CallsStream, "max_queued_calls", cfg.MaxQueuedCalls, "error", err,
+				"hint", "grant the dispatcher's NATS user $JS.API.STREAM.UPDATE."+layout.CallsStream+", or run: nats stream edit "+layout.CallsStream+" --max-msgs N --discard new")
 		}
 		if bound != nil {
 			cfg.Logger.InfoContext(ctx, "dispatcher: bounded the calls stream",
