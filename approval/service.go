@@ -463,7 +463,11 @@ const (
 )
 
 // release publishes an approved call to its tool's subject with a signed
-// release, deduplicated by call id, and marks it released.
+// release, deduplicated by call id, and marks it released. A calls stream
+// that is full (at its bound) refuses it: the release fails and is tried
+// again every few seconds (resumeReleases) until there is room, or until
+// the caller's deadline has passed, when the caller is answered
+// overloaded and the call is marked released, never run.
 func (s *Service) release(ctx context.Context, h *HeldCall) error {
 	timeout := windlass.DefaultTimeout
 	if info, err := s.cfg.Registry.Lookup(ctx, h.Tool); err == nil {
@@ -474,6 +478,7 @@ func (s *Service) release(ctx context.Context, h *HeldCall) error {
 		return err
 	}
 	call.Attempt = 0
+	callerDeadline := call.Deadline
 	if h.ApprovedArguments != nil {
 		call.Arguments, call.ArgumentsRef = h.ApprovedArguments, nil // an edit travels inline
 	}
@@ -516,6 +521,16 @@ func (s *Service) release(ctx context.Context, h *HeldCall) error {
 		return s.store.markReleased(ctx, h.ID)
 	}
 	if _, err := s.js.PublishMsg(ctx, m); err != nil {
+		if layout.IsCallsFull(err) && !callerDeadline.IsZero() && !time.Now().Before(callerDeadline) {
+			// Approved, but the fleet's queue stayed full until the
+			// caller's deadline: nobody waits for a run any more. Say
+			// why, rather than timeout, and stop trying.
+			s.cfg.Logger.WarnContext(ctx, "approval: the calls stream stayed full until the approved call's deadline; answering its caller overloaded", "call_id", h.ID, "tool", h.Tool)
+			s.answer(ctx, h, windlass.CodeOverloaded, fmt.Sprintf("The call to %q was approved, but the fleet's queue was full until the call's deadline (%s), so it was not run.", h.Tool, callerDeadline.Format(time.RFC3339)))
+			return s.store.markReleased(ctx, h.ID)
+		}
+		// A full calls stream included: the release is tried again
+		// (resumeReleases) while the caller's deadline allows.
 		return fmt.Errorf("approval: release %q: %w", h.ID, err)
 	}
 	return s.store.markReleased(ctx, h.ID)

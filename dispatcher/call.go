@@ -318,6 +318,13 @@ func (d *Dispatcher) publish(ctx context.Context, p *prepared) (duplicate bool, 
 		// which took its own slot or none.
 		d.unadmit(p)
 	}
+	if errors.Is(err, errQueueFull) {
+		if p.call.ArgumentsRef != nil {
+			d.payloads.Delete(ctx, *p.call.ArgumentsRef) // certainly not stored: nothing points at it
+		}
+		d.metrics.Limited(ctx, p.call.Name, p.key(), string(limits.ReasonCallsStream))
+		return false, d.overloaded(p)
+	}
 	if err != nil {
 		return false, &windlass.CallError{Code: windlass.CodeUnavailable, Message: fmt.Sprintf("The fleet could not accept the call: %v", err)}
 	}
@@ -421,12 +428,34 @@ func (d *Dispatcher) publishDurably(ctx context.Context, m *nats.Msg) (ack *jets
 			d.cfg.Logger.DebugContext(ctx, "dispatcher: publish not acknowledged; trying again", "subject", m.Subject, "attempt", attempts)
 		}
 		ack, err := d.js.PublishMsg(attemptCtx, m)
+		if layout.IsCallsFull(err) {
+			// Refused, not lost: nothing was stored, and asking again at
+			// once only adds to the load that filled the stream.
+			return nil, retry.Permanent(fmt.Errorf("%w: %w", errQueueFull, err))
+		}
 		if err != nil && (ctx.Err() != nil || errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrMaxPayload)) {
 			return nil, retry.Permanent(err) // the caller gave up, or the same message never goes
 		}
 		return ack, err
 	})
 	return ack, attempts > 1, err
+}
+
+// errQueueFull marks a publish the NATS server refused because the calls
+// stream is at its bound (see layout.IsCallsFull).
+var errQueueFull = errors.New("dispatcher: the calls stream is full")
+
+// overloaded is the refusal of a call the calls stream had no room for:
+// nothing of it was stored (publish deletes its arguments sent by
+// reference), and its id may be used again.
+func (d *Dispatcher) overloaded(p *prepared) *windlass.CallError {
+	bound := "its bound"
+	if n := d.callsBound; n > 0 {
+		bound = fmt.Sprintf("its bound of %d calls", n)
+	}
+	return &windlass.CallError{Code: windlass.CodeOverloaded, Retryable: true, RetryAfterMS: limits.SlotRetryAfter.Milliseconds(),
+		Message: fmt.Sprintf("The fleet's queue is full (%s queued or running, all tools together); the call to %q was not queued. Try again after %s.",
+			bound, p.call.Name, limits.SlotRetryAfter)}
 }
 
 // Call runs a tool in the fleet and waits for its result, at most until the

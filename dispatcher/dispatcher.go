@@ -77,6 +77,17 @@ type Config struct {
 	// limits): checked before a call is published, on counts shared with
 	// every dispatcher on the same Redis. The zero value is the
 	// protective defaults; limits.Unlimited() turns them off.
+	//
+	// Limits.MaxQueuedCalls bounds the calls stream: the calls of every
+	// tool queued or running, together. Past it the NATS server refuses a
+	// new call and the caller gets overloaded, with a retry-after. A
+	// bound set there (a positive number, or limits.NoLimit for none) is
+	// applied by New to the stream, one that exists too (logged at info
+	// when it changes), so every long-running dispatcher of a fleet
+	// should be given the same one. 0 creates a missing stream with
+	// limits.DefaultMaxQueuedCalls (100,000) and leaves an existing
+	// stream's bound as it is: what a short-lived dispatcher (a CLI
+	// command) must do, not to undo the operator's bound.
 	Limits limits.Config
 	// Logger receives the dispatcher's logs. Default: discard.
 	Logger *slog.Logger
@@ -109,6 +120,9 @@ type Dispatcher struct {
 	sub      *nats.Subscription
 
 	admission *admission // Config.Limits, applied
+	// callsBound is the calls stream's MaxMsgs as New found it (-1:
+	// none), for the refusal of a call it had no room for.
+	callsBound int64
 
 	tracer            telemetry.Tracer
 	metrics           *telemetry.DispatcherMetrics // nil: metrics off
@@ -182,9 +196,26 @@ func New(ctx context.Context, cfg Config) (*Dispatcher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dispatcher: jetstream: %w", err)
 	}
-	opts := layout.StreamOptions{Replicas: cfg.Replicas}
+	opts := layout.StreamOptions{Replicas: cfg.Replicas, MaxQueuedCalls: cfg.Limits.MaxQueuedCalls}
 	if err := layout.EnsureStreams(ctx, js, layout.AllStreams(opts)...); err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
+	}
+	if cfg.Limits.MaxQueuedCalls != 0 {
+		// The dispatchers admit calls, so they, and only they, apply a
+		// bound they were given to a calls stream that exists.
+		// Not fatal: the stream takes calls without it. Under the
+		// shipped NATS permissions (deploy/nats/accounts.conf) only the
+		// approval role may update the stream, and the request times out.
+		bound, err := layout.BoundCalls(ctx, js, opts)
+		if err != nil {
+			cfg.Logger.WarnContext(ctx, "dispatcher: could not bound the calls stream; it keeps its bound",
+				"stream", layout.CallsStream, "max_queued_calls", cfg.Limits.MaxQueuedCalls, "error", err,
+				"hint", "grant the dispatcher's NATS user $JS.API.STREAM.UPDATE."+layout.CallsStream+", or run: nats stream edit "+layout.CallsStream+" --max-msgs N --discard new")
+		}
+		if bound != nil {
+			cfg.Logger.InfoContext(ctx, "dispatcher: bounded the calls stream",
+				"max_msgs_was", bound.FromMaxMsgs, "max_msgs", bound.ToMaxMsgs, "discard_was", bound.FromDiscard.String(), "discard", bound.ToDiscard.String())
+		}
 	}
 	obs, err := layout.EnsurePayloads(ctx, js, opts)
 	if err != nil {
@@ -200,6 +231,7 @@ func New(ctx context.Context, cfg Config) (*Dispatcher, error) {
 			return nil, fmt.Errorf("dispatcher: stream %s: %w", name, err)
 		}
 	}
+	d.callsBound = d.calls.CachedInfo().Config.MaxMsgs
 	d.sub, err = cfg.Conn.Subscribe(layout.ResultInbox(cfg.ID), d.onResult)
 	if err != nil {
 		return nil, fmt.Errorf("dispatcher: subscribe to results: %w", err)

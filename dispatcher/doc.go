@@ -20,6 +20,14 @@
 // reference"). Calls of a tool that requires approval go to the approval
 // subject instead of the tool's.
 //
+// The calls stream is bounded (Config.Limits.MaxQueuedCalls, 100,000 calls queued
+// or running by default): a call the NATS server refuses because the
+// stream is full is answered overloaded at once, with a retry-after
+// ([windlass.CallError.RetryAfter]), never retried until its deadline nor
+// answered unavailable; nothing of it is stored. A dispatcher given a
+// bound applies it to an existing stream too, so give every dispatcher of
+// a fleet the same one (PROTOCOL.md, "Bounded queue").
+//
 // Every wait is bounded: by the call's deadline ([WithTimeout],
 // [WithDeadline], or the context's deadline), else by the tool's timeout
 // plus Config.QueueAllowance (plus Config.ApprovalWait for a gated tool,

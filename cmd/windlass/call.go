@@ -63,6 +63,16 @@ func readArguments(arg string) (string, error) {
 	return string(b), nil
 }
 
+// retryHint is "; retry after Ns" for a refusal that says when to try
+// again (rate_limited, overloaded: its retry-after in whole seconds,
+// rounded up), "" otherwise.
+func retryHint(ce *windlass.CallError) string {
+	if ce == nil || ce.RetryAfterMS <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("; retry after %ds", max(1, (ce.RetryAfter()+time.Second-1)/time.Second))
+}
+
 func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("call", "call [flags] TOOL [JSON | @FILE | -]", stderr)
 	c := commonFlags(fs)
@@ -115,7 +125,9 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if *async {
 		id, err := d.Submit(ctx, name, json.RawMessage(rawArgs), opts...)
 		if err != nil {
-			return &exitError{code: 1, err: fmt.Errorf("submit %s: %w", name, err)}
+			var ce *windlass.CallError
+			errors.As(err, &ce)
+			return &exitError{code: 1, err: fmt.Errorf("submit %s: %w%s", name, err, retryHint(ce))}
 		}
 		fmt.Fprintln(stdout, id)
 		return nil
@@ -142,7 +154,7 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	if r.IsError {
-		return &exitError{code: 1, err: fmt.Errorf("%s: %s", r.Error.Code, r.Content)}
+		return &exitError{code: 1, err: fmt.Errorf("%s: %s%s", r.Error.Code, r.Content, retryHint(r.Error))}
 	}
 	if !*asJSON {
 		fmt.Fprintln(stdout, r.Content)

@@ -161,7 +161,7 @@ func (h *Handler) refused(w http.ResponseWriter, r *http.Request, tool string, e
 		return
 	}
 	if errors.As(err, &ce) {
-		writeError(w, ce.Code, ce.Message)
+		writeCallError(w, *ce) // with its retry-after (rate_limited, overloaded)
 		return
 	}
 	if r.Context().Err() != nil {

@@ -33,9 +33,13 @@
 // invalid_request (a query parameter) 400, unauthorized 401, unknown_tool
 // and unknown_call 404, call_finished (with the result), id_conflict and
 // spec_mismatch 409, payload_too_large 413, unsupported_media_type 415,
-// invalid_arguments 422, too_many_streams 429, no_worker and unavailable
-// 503. The codes worth simply trying again
-// carry a Retry-After: unavailable (2 s) and too_many_streams (1 s).
+// invalid_arguments 422, too_many_streams, rate_limited and overloaded
+// 429, no_worker and unavailable 503. The codes worth simply trying again
+// carry a Retry-After: unavailable (2 s), too_many_streams (1 s), and
+// rate_limited and overloaded (a call refused by a limit or a full
+// queue, never queued): the refusal's own retry-after, which the body's
+// error carries as retry_after_ms, in whole seconds rounded up, at
+// least 1.
 //
 // A call is unknown_call only when the fleet knows it does not exist: its
 // results and events streams answered and neither holds it. While they

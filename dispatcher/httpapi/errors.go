@@ -4,15 +4,17 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
+	"strconv"
+	"time"
 
 	"github.com/windlass-dev/windlass"
 )
 
 // Error codes of the API's own failures. A refused call uses the result
 // codes of the protocol (windlass.Code*: invalid_arguments, unknown_tool,
-// no_worker, payload_too_large, invalid_call, spec_mismatch, unavailable);
-// these name what
-// only an HTTP request can get wrong.
+// no_worker, payload_too_large, invalid_call, spec_mismatch, unavailable,
+// rate_limited, overloaded); these name what only an HTTP request can get
+// wrong.
 const (
 	// CodeUnauthorized: no API key, or not a known one.
 	CodeUnauthorized windlass.ErrorCode = "unauthorized"
@@ -52,6 +54,8 @@ var statusOf = map[windlass.ErrorCode]int{
 	windlass.CodeIDConflict:       http.StatusConflict,
 	windlass.CodeSpecMismatch:     http.StatusConflict,
 	CodeTooManyStreams:            http.StatusTooManyRequests,
+	windlass.CodeRateLimited:      http.StatusTooManyRequests,
+	windlass.CodeOverloaded:       http.StatusTooManyRequests,
 	windlass.CodePayloadTooLarge:  http.StatusRequestEntityTooLarge,
 	CodeUnsupportedMediaType:      http.StatusUnsupportedMediaType,
 	windlass.CodeInvalidArguments: http.StatusUnprocessableEntity,
@@ -95,10 +99,26 @@ var retryAfter = map[windlass.ErrorCode]string{
 // writeError answers code's status with an error body, and a Retry-After
 // for the codes that have one.
 func writeError(w http.ResponseWriter, code windlass.ErrorCode, message string) {
-	if s, ok := retryAfter[code]; ok {
+	writeCallError(w, windlass.CallError{Code: code, Message: message})
+}
+
+// writeCallError answers ce's status with ce as the error body. Its
+// Retry-After is ce's own advice (RetryAfterMS, which rate_limited and
+// overloaded refusals carry, also in the body) in whole seconds, rounded
+// up, at least 1; else the code's, for the codes that have one.
+func writeCallError(w http.ResponseWriter, ce windlass.CallError) {
+	if ce.RetryAfterMS > 0 {
+		w.Header().Set("Retry-After", strconv.FormatInt(retryAfterSeconds(ce.RetryAfter()), 10))
+	} else if s, ok := retryAfter[ce.Code]; ok {
 		w.Header().Set("Retry-After", s)
 	}
-	writeJSON(w, HTTPStatus(code), ErrorBody{Error: windlass.CallError{Code: code, Message: message}})
+	writeJSON(w, HTTPStatus(ce.Code), ErrorBody{Error: ce})
+}
+
+// retryAfterSeconds is d as a Retry-After: whole seconds, rounded up, at
+// least 1 (0 would invite an immediate retry).
+func retryAfterSeconds(d time.Duration) int64 {
+	return max(1, int64((d+time.Second-1)/time.Second))
 }
 
 // writeJSON answers status with v as JSON.

@@ -38,6 +38,11 @@ const (
 	// MetaErrorCode is the result's error code (invalid_arguments,
 	// timeout, rejected, …) when isError is set.
 	MetaErrorCode = "dev.windlass/error_code"
+	// MetaRetryAfterMS is, beside MetaErrorCode, how many milliseconds to
+	// wait before calling again, when the error says (rate_limited and
+	// overloaded refusals: the call was not queued; a tool's retryable
+	// failure that asked for a delay): a number.
+	MetaRetryAfterMS = "dev.windlass/retry_after_ms"
 	// MetaSpecHash, in a listed tool's _meta, is the hash of the tool's
 	// spec the listing shows. The server pins each call to the spec it
 	// last listed: a call of a tool changed since is refused spec_mismatch
@@ -133,7 +138,7 @@ func (h *Handler) call(ctx context.Context, req *mcp.CallToolRequest, t callTarg
 	if err != nil {
 		var ce *windlass.CallError
 		if errors.As(err, &ce) {
-			return errorResult("", ce.Code, ce.Message), nil
+			return withRetryAfter(errorResult("", ce.Code, ce.Message), ce), nil
 		}
 		return nil, fmt.Errorf("mcpserver: call %q: %w", t.name, err)
 	}
@@ -305,7 +310,7 @@ func (h *Handler) announce(ctx context.Context, ss *mcp.ServerSession, id, tool,
 // value as structuredContent.
 func resultOf(r windlass.ToolResult) *mcp.CallToolResult {
 	if r.IsError {
-		return errorResult(r.CallID, r.Code(), r.Content)
+		return withRetryAfter(errorResult(r.CallID, r.Code(), r.Content), r.Error)
 	}
 	res := &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: r.Content}}, Meta: mcp.Meta{MetaCallID: r.CallID}}
 	if data := bytes.TrimSpace(r.Data); len(data) > 0 && data[0] == '{' {
@@ -321,6 +326,15 @@ func errorResult(callID string, code windlass.ErrorCode, text string) *mcp.CallT
 		meta[MetaCallID] = callID
 	}
 	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}, IsError: true, Meta: meta}
+}
+
+// withRetryAfter adds ce's retry-after, when it has one, to res's _meta
+// (MetaRetryAfterMS).
+func withRetryAfter(res *mcp.CallToolResult, ce *windlass.CallError) *mcp.CallToolResult {
+	if ce != nil && ce.RetryAfterMS > 0 {
+		res.Meta[MetaRetryAfterMS] = ce.RetryAfterMS
+	}
+	return res
 }
 
 // progressStep is what a notification that reports no new fraction (the

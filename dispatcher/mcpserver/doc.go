@@ -52,7 +52,10 @@
 //   - a failed result (a tool error, a refusal such as invalid_arguments or
 //     no_worker, a timeout, a rejection) is an MCP tool result with isError
 //     and the error text, never a protocol error, so the model can read it
-//     and recover; its code is in _meta["dev.windlass/error_code"];
+//     and recover; its code is in _meta["dev.windlass/error_code"], and
+//     for a refusal by a limit or a full queue (rate_limited, overloaded:
+//     the call was not queued) the milliseconds to wait before calling
+//     again in _meta["dev.windlass/retry_after_ms"];
 //   - a result whose value (ToolResult.Data) is a JSON object is sent as
 //     structuredContent beside the text content. Other values (strings,
 //     numbers, arrays) are sent as text only: structured content is an

@@ -22,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/windlass-dev/windlass/internal/retry"
+	"github.com/windlass-dev/windlass/limits"
 )
 
 // Stream names.
@@ -274,6 +275,14 @@ type StreamOptions struct {
 	DeadMaxAge time.Duration
 	// Storage of the streams; the zero value is file storage.
 	Storage jetstream.StorageType
+	// MaxQueuedCalls bounds the calls stream: the calls of every tool
+	// that are queued or running, together. The NATS server refuses a
+	// call past it (discard new), and the dispatcher answers its caller
+	// overloaded. 0 means [limits.DefaultMaxQueuedCalls], [limits.NoLimit]
+	// (any negative value) none. Only a dispatcher applies it to a stream
+	// that exists (see [BoundCalls]); every other process only creates
+	// the stream with it.
+	MaxQueuedCalls int
 }
 
 func (o StreamOptions) withDefaults() StreamOptions {
@@ -289,12 +298,26 @@ func (o StreamOptions) withDefaults() StreamOptions {
 	if o.DeadMaxAge == 0 {
 		o.DeadMaxAge = 7 * 24 * time.Hour
 	}
+	if o.MaxQueuedCalls == 0 {
+		o.MaxQueuedCalls = limits.DefaultMaxQueuedCalls
+	}
 	return o
+}
+
+// callsMaxMsgs is the calls stream's MaxMsgs for o (after withDefaults):
+// the bound, or -1 for none.
+func (o StreamOptions) callsMaxMsgs() int64 {
+	if o.MaxQueuedCalls < 0 {
+		return -1
+	}
+	return int64(o.MaxQueuedCalls)
 }
 
 // CallsConfig is the calls stream: work-queue retention (a message is gone
 // once a worker acks it), deduplicated by call id, one subject per call,
-// read by direct gets for status queries.
+// read by direct gets for status queries, and bounded by MaxQueuedCalls
+// with new messages refused when it is full (discard new: a queued call
+// is never dropped to make room).
 func CallsConfig(o StreamOptions) jetstream.StreamConfig {
 	o = o.withDefaults()
 	return jetstream.StreamConfig{
@@ -305,7 +328,8 @@ func CallsConfig(o StreamOptions) jetstream.StreamConfig {
 		Storage:     o.Storage,
 		Replicas:    o.Replicas,
 		Duplicates:  o.Duplicates,
-		Discard:     jetstream.DiscardOld,
+		MaxMsgs:     o.callsMaxMsgs(),
+		Discard:     jetstream.DiscardNew,
 		AllowDirect: true,
 	}
 }
@@ -517,7 +541,9 @@ func EnsurePayloads(ctx context.Context, js jetstream.JetStream, o StreamOptions
 // EnsureStreams creates each stream that is missing. A stream that exists
 // is left as it is: a process started with dev defaults (one replica) never
 // rewrites a production stream (three replicas); change a stream's settings
-// deliberately, with the nats CLI or a deploy step. It is idempotent and safe
+// deliberately, with the nats CLI or a deploy step. Two exceptions: the
+// calls stream of a protocol 1 fleet is migrated (migrateCalls), and a
+// dispatcher given a bound applies it with [BoundCalls]. It is idempotent and safe
 // to run from every process that uses the streams. A request the server
 // does not answer in time (a slow disk creating a stream, a server still
 // starting) is made again, three times in all (ensurePolicy), while ctx lasts.
@@ -580,6 +606,77 @@ func migrateCalls(ctx context.Context, js jetstream.JetStream, cur jetstream.Str
 	}
 	return nil
 }
+
+// CallsBound is a change of the calls stream's bound made by
+// [BoundCalls]: its MaxMsgs and discard policy before and after (MaxMsgs
+// -1: none).
+type CallsBound struct {
+	FromMaxMsgs, ToMaxMsgs int64
+	FromDiscard, ToDiscard jetstream.DiscardPolicy
+}
+
+// BoundCalls gives the existing calls stream the bound of o
+// (MaxQueuedCalls, with discard new), when its MaxMsgs or discard policy
+// differ, and returns what it changed (nil when nothing). Nothing else of
+// the stream changes; a stream with no bound and none wanted is left as it
+// is whatever its discard policy. MaxMsgs and the discard policy change in
+// one update: lowering the bound below the calls queued drops none of
+// them (the server drops messages over MaxMsgs only under discard old),
+// it only refuses new calls until the queue is under the bound again.
+//
+// The dispatchers apply it, being where calls are admitted; every
+// dispatcher of a fleet should be given the same bound, or each start
+// applies its own.
+func BoundCalls(ctx context.Context, js jetstream.JetStream, o StreamOptions) (*CallsBound, error) {
+	o = o.withDefaults()
+	var change *CallsBound
+	err := retry.Do(ctx, ensurePolicy, func(ctx context.Context) error {
+		change = nil
+		s, err := js.Stream(ctx, CallsStream)
+		if err != nil {
+			return onlyTimeoutsAgain(ctx, err)
+		}
+		cur := s.CachedInfo().Config
+		want := o.callsMaxMsgs()
+		if boundHolds(cur, want) {
+			return nil
+		}
+		change = &CallsBound{FromMaxMsgs: cur.MaxMsgs, ToMaxMsgs: want, FromDiscard: cur.Discard, ToDiscard: jetstream.DiscardNew}
+		cur.MaxMsgs, cur.Discard = want, jetstream.DiscardNew
+		_, err = js.UpdateStream(ctx, cur)
+		return onlyTimeoutsAgain(ctx, err)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("layout: bound the calls stream to %d calls: %w", o.callsMaxMsgs(), err)
+	}
+	return change, nil
+}
+
+// boundHolds reports whether a calls stream configured as cur has the
+// bound want already (-1: none, whatever the discard policy).
+func boundHolds(cur jetstream.StreamConfig, want int64) bool {
+	if want < 0 {
+		return cur.MaxMsgs <= 0
+	}
+	return cur.MaxMsgs == want && cur.Discard == jetstream.DiscardNew
+}
+
+// IsCallsFull reports whether err is the NATS server's refusal of a
+// message because its stream is full: a stream with MaxMsgs and discard
+// new, such as the calls stream at its bound (MaxQueuedCalls). The server
+// answers it with JetStream API error 10077 ("store failed"), whose
+// description is the store's error, "maximum messages exceeded".
+func IsCallsFull(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrStoreFailed && apiErr.Description == jsMaxMsgsExceeded
+}
+
+// The NATS server's error for a message over a discard-new stream's
+// MaxMsgs (server: JSStreamStoreFailedF with ErrMaxMsgs).
+const (
+	jsErrStoreFailed  jetstream.ErrorCode = 10077
+	jsMaxMsgsExceeded                     = "maximum messages exceeded"
+)
 
 // HasLegacyCalls reports whether a calls stream's configuration still
 // holds the protocol 1 subjects, whose queued calls a worker must drain.
