@@ -70,9 +70,13 @@ func TestThroughDispatcherHTTPService(t *testing.T) {
 	if len(tools) != 4 || tools["pay"] == nil || tools["add"] == nil {
 		t.Fatalf("tools = %v", tools)
 	}
-	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "add", Arguments: map[string]any{"a": 2, "b": 3}})
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "add", Arguments: map[string]any{"a": 2, "b": 3}, Meta: mcp.Meta{mcpserver.MetaCallID: "mcp-keyed"}})
 	if err != nil || res.IsError || text(res) != "5" {
 		t.Fatalf("add = %+v, %v", res, err)
+	}
+	// The call is counted for the API key the client presented.
+	if st, err := d.Status(ctx, "mcp-keyed"); err != nil || st.Key != "agent" {
+		t.Errorf("status of the MCP call = %+v, %v; want key agent, the API key's name", st, err)
 	}
 	done := make(chan *mcp.CallToolResult, 1)
 	go func() {
