@@ -272,6 +272,7 @@ func (d *Dispatcher) Close() error {
 	close(d.done)
 	<-d.sweeperDone
 	<-d.admission.done
+	d.admission.takings.Wait()
 	err := d.sub.Unsubscribe()
 	d.dropCounted()
 	d.unobserveRegistry()

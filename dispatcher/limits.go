@@ -29,6 +29,74 @@ type admission struct {
 	// openUntil (Unix ns) is when Redis is asked again after it failed:
 	// until then calls are admitted unchecked, at once.
 	openUntil atomic.Int64
+
+	counts  sync.Map       // "tool" and "tool\x00key" -> *seenCount: the caps' use as last seen
+	takings sync.WaitGroup // slots recorded in the background (see Enforcer.Take)
+}
+
+// seenCount is how many calls held a slot under one cap when Redis last
+// said, and how many this instance admitted since without asking.
+type seenCount struct {
+	mu    sync.Mutex
+	held  int       // as Redis last said
+	since int       // admitted here without asking, not in held yet
+	at    time.Time // when Redis said it
+}
+
+// freshFor is how long a count Redis gave is trusted to admit without
+// asking.
+const freshFor = time.Second
+
+// room reports whether a call may be admitted under cap without asking:
+// the cap is off, or the count is fresh and, with the calls admitted here
+// since and this one, at most a quarter of the cap (see package limits,
+// "Admission without waiting").
+func (c *seenCount) room(capacity int, now time.Time) bool {
+	if capacity <= 0 {
+		return true
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return !c.at.IsZero() && now.Sub(c.at) < freshFor && 4*(c.held+c.since+1) <= capacity
+}
+
+// saw records a count Redis gave: after (taken) one of the calls
+// admitted here without asking took its slot, or for a call it decided,
+// which starts the count afresh.
+func (c *seenCount) saw(held int, taken bool, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.held, c.at = held, now
+	switch {
+	case !taken:
+		c.since = 0
+	case c.since > 0:
+		c.since--
+	}
+}
+
+// lost forgets a call admitted here without asking whose slot could not
+// be recorded.
+func (c *seenCount) lost() {
+	c.mu.Lock()
+	c.since = max(c.since-1, 0)
+	c.mu.Unlock()
+}
+
+// admitted counts a call admitted without asking.
+func (c *seenCount) admitted() {
+	c.mu.Lock()
+	c.since++
+	c.mu.Unlock()
+}
+
+// countOf is the seen count of one cap.
+func (a *admission) countOf(name string) *seenCount {
+	if v, ok := a.counts.Load(name); ok {
+		return v.(*seenCount)
+	}
+	v, _ := a.counts.LoadOrStore(name, new(seenCount))
+	return v.(*seenCount)
 }
 
 // admitTimeout bounds one admission check: Redis answers in well under a
@@ -87,11 +155,36 @@ func (d *Dispatcher) admit(ctx context.Context, p *prepared) error {
 	if l.Rate.IsZero() && l.MaxInFlight <= 0 && toolMax <= 0 {
 		return nil
 	}
-	if time.Now().UnixNano() < a.openUntil.Load() {
+	now := time.Now()
+	if now.UnixNano() < a.openUntil.Load() {
 		d.metrics.Unenforced(ctx, tool)
 		return nil
 	}
 	lapse := p.call.Deadline.Add(slotGrace)
+	keyCount, toolCount := a.countOf(tool+"\x00"+key), a.countOf(tool)
+	if !p.ownID && l.Rate.IsZero() && keyCount.room(l.MaxInFlight, now) && toolCount.room(toolMax, now) {
+		// Far from both caps as last seen: admitted at once, its slot
+		// recorded behind it (before its result can free it). Only for
+		// a random id: one the caller chose may be a resubmit, whose slot
+		// is its first submit's.
+		keyCount.admitted()
+		toolCount.admitted()
+		slot, taken := a.enforcer.Take(tool, key, p.call.ID, lapse)
+		p.held = &heldSlot{slot: slot, lapse: lapse}
+		a.slots.Store(p.call.ID, p.held)
+		a.takings.Go(func() {
+			t := <-taken
+			if t.Err != nil {
+				keyCount.lost()
+				toolCount.lost()
+				return // the count goes stale, and a call after it asks
+			}
+			at := time.Now()
+			keyCount.saw(t.KeyInFlight, true, at)
+			toolCount.saw(t.ToolInFlight, true, at)
+		})
+		return nil
+	}
 	checkCtx, cancel := context.WithTimeout(ctx, admitTimeout)
 	dec, err := a.enforcer.Admit(checkCtx, tool, key, p.call.ID, lapse, l, toolMax)
 	cancel()
@@ -102,6 +195,11 @@ func (d *Dispatcher) admit(ctx context.Context, p *prepared) error {
 			d.cfg.Logger.WarnContext(ctx, "dispatcher: limits could not be checked; calls are admitted unchecked for a second (admission limits fail open)", "tool", tool, "key", key, "error", err)
 		}
 		return nil
+	}
+	if dec.KeyInFlight > 0 || dec.ToolInFlight > 0 {
+		at := time.Now()
+		keyCount.saw(dec.KeyInFlight, false, at)
+		toolCount.saw(dec.ToolInFlight, false, at)
 	}
 	if !dec.Allowed {
 		d.metrics.Limited(ctx, tool, key, string(dec.Reason))

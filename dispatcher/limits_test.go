@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -300,4 +301,62 @@ func TestKeyIsSeen(t *testing.T) {
 			t.Errorf("metric %s: key %q, want %q (seen: %v)", name, seen[name], key, seen)
 		}
 	}
+}
+
+// TestCapHoldsUnderConcurrentSubmits: calls submitted at once, far from
+// the cap and then up to it, are admitted up to the key's cap exactly by
+// one dispatcher (admitting without asking Redis while it is far from the
+// cap), and by two with at most a quarter of the cap more (calls the
+// other admitted without asking in the same round trip); every slot
+// taken is counted.
+func TestCapHoldsUnderConcurrentSubmits(t *testing.T) {
+	t.Parallel()
+	f := fleettest.New(t)
+	e := windlass.MustFunc("echo", func(ctx context.Context, in struct{}) (string, error) { return "ok", nil })
+	w := f.StartWorker(worker.Config{}, e)
+	const capacity = 40
+	cfg := dispatcher.Config{Limits: limits.Config{Default: limits.Limit{MaxInFlight: capacity}}}
+	a, b := f.Dispatcher(cfg), f.Dispatcher(cfg)
+	fleettest.WaitCatalog(t, a, "echo")
+	fleettest.WaitCatalog(t, b, "echo")
+	if err := w.Stop(); err != nil { // the calls stay queued, holding their slots
+		t.Fatal(err)
+	}
+	submit := func(key string, ds ...*dispatcher.Dispatcher) int {
+		var admitted atomic.Int64
+		var wg sync.WaitGroup
+		for i := range 16 {
+			d := ds[i%len(ds)]
+			wg.Go(func() {
+				for range 10 {
+					_, err := d.Submit(t.Context(), "echo", `{}`, dispatcher.WithKey(key), dispatcher.AllowNoWorker())
+					switch code, _ := refusedWith(err); {
+					case err == nil:
+						admitted.Add(1)
+					case code != windlass.CodeRateLimited:
+						t.Errorf("submit: %v", err)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		return int(admitted.Load())
+	}
+	used := func(key string) int {
+		fs, err := a.Fleet(t.Context())
+		if err != nil || len(fs.Tools) != 1 || fs.Tools[0].Limits == nil {
+			t.Fatalf("fleet status: %+v, %v", fs, err)
+		}
+		return fs.Tools[0].Limits.Keys[key].InFlight
+	}
+	if n := submit("one", a); n != capacity {
+		t.Errorf("one dispatcher admitted %d of 160 concurrent calls under a cap of %d; want exactly the cap", n, capacity)
+	}
+	fleettest.WaitFor(t, 10*time.Second, "the slots of key one recorded", func() bool { return used("one") == capacity })
+	n := submit("two", a, b)
+	if n < capacity || n > capacity+capacity/4 {
+		t.Errorf("two dispatchers admitted %d of 160 concurrent calls under a cap of %d; want from %d to %d", n, capacity, capacity, capacity+capacity/4)
+	}
+	t.Logf("two dispatchers admitted %d under a cap of %d", n, capacity)
+	fleettest.WaitFor(t, 10*time.Second, "the slots of key two recorded", func() bool { return used("two") == n })
 }

@@ -45,15 +45,7 @@ const batchTimeout = 5 * time.Second
 // do queues build and waits for its batch, or for ctx; it returns the
 // command build made, executed, or one failed with ctx's error.
 func do[C redis.Cmder](ctx context.Context, b *batcher, build func(redis.Pipeliner) C) C {
-	r := &batched{build: func(p redis.Pipeliner) redis.Cmder { return build(p) }, done: make(chan struct{})}
-	b.mu.Lock()
-	b.queue = append(b.queue, r)
-	start := !b.running
-	b.running = true
-	b.mu.Unlock()
-	if start {
-		go b.drain()
-	}
+	r := b.enqueue(func(p redis.Pipeliner) redis.Cmder { return build(p) })
 	select {
 	case <-r.done:
 		return r.cmd.(C)
@@ -62,6 +54,22 @@ func do[C redis.Cmder](ctx context.Context, b *batcher, build func(redis.Pipelin
 		c.SetErr(ctx.Err())
 		return c
 	}
+}
+
+// enqueue queues build and returns at once: its command is sent after
+// every command queued before it, and r.done is closed once it has its
+// answer.
+func (b *batcher) enqueue(build func(redis.Pipeliner) redis.Cmder) (r *batched) {
+	r = &batched{build: build, done: make(chan struct{})}
+	b.mu.Lock()
+	b.queue = append(b.queue, r)
+	start := !b.running
+	b.running = true
+	b.mu.Unlock()
+	if start {
+		go b.drain()
+	}
+	return r
 }
 
 // drain sends batches until the queue is empty.

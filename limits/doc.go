@@ -30,6 +30,21 @@
 // holds a slot is the same call: admitted without a second slot or a
 // second charge against the rate.
 //
+// # Admission without waiting
+//
+// Asking Redis before every call costs the fleet a fifth to a third of
+// its throughput on a small machine (BENCHMARKS.md, "Limits"), so a
+// dispatcher asks only when it must. Every answer Redis gives carries the
+// caps' counts; while the count a dispatcher last saw (under a second
+// old), plus the calls it admitted since, is within a quarter of a cap,
+// it admits a call with a random id at once and records its slot behind
+// it ([Enforcer.Take]: queued to Redis before the call is published, so
+// before its result can free it). From a quarter of the cap on, and for
+// every call with a rate or an id its caller chose, it asks first. So a
+// cap holds exactly for one dispatcher; with several, calls the others
+// admitted without asking in the same round trip may pass it by at most
+// a quarter of the cap each. Rates are always asked.
+//
 // # Execution rates (the workers)
 //
 // A tool that calls a rate-limited API declares a rate (the worker's

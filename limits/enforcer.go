@@ -44,6 +44,12 @@ type Decision struct {
 	// the call holds none here: no cap applies, or the id held its slot
 	// already (a resubmit, whose first submit releases it).
 	Slot *Slot
+	// KeyInFlight and ToolInFlight are how many calls hold a slot under
+	// the key's cap and the tool's after the decision (when the caps were
+	// asked).
+	KeyInFlight, ToolInFlight int
+
+	held bool // the id held its slot already
 }
 
 // Slot is a call's place under its key's and its tool's caps.
@@ -91,12 +97,15 @@ func toolMember(key, callID string) string { return key + " " + callID }
 // resubmit) is found by its add, admitted again without a second slot.
 //
 // KEYS: the key's set, the tool's set. ARGV: now and lapse (ms), the
-// call id, the tool's member, the key's cap, the tool's cap (0: none).
-// Returns 0 (taken now), 1 (held already), 2 (the key's cap is full),
-// 3 (the tool's cap is full).
+// call id, the tool's member, the key's cap, the tool's cap (0: none),
+// and "1" to take the slot whatever the caps (a call admitted already,
+// see Enforcer.Take). Returns the outcome — 0 (taken now), 1 (held
+// already), 2 (the key's cap is full), 3 (the tool's cap is full) — and
+// then how many calls hold a slot in each set.
 var admitScript = redis.NewScript(`
 local now, lapse = tonumber(ARGV[1]), tonumber(ARGV[2])
 local keyCap, toolCap = tonumber(ARGV[5]), tonumber(ARGV[6])
+if ARGV[7] == '1' then keyCap, toolCap = 0, 0 end
 local function over(set, cap)
   if cap <= 0 or redis.call('ZCARD', set) <= cap then return false end
   redis.call('ZREMRANGEBYSCORE', set, '-inf', now)
@@ -107,20 +116,23 @@ local function expire(set)
     redis.call('PEXPIREAT', set, lapse)
   end
 end
-if redis.call('ZADD', KEYS[1], 'NX', lapse, ARGV[3]) == 0 then return 1 end
+local function counts(outcome)
+  return {outcome, redis.call('ZCARD', KEYS[1]), redis.call('ZCARD', KEYS[2])}
+end
+if redis.call('ZADD', KEYS[1], 'NX', lapse, ARGV[3]) == 0 then return counts(1) end
 if over(KEYS[1], keyCap) then
   redis.call('ZREM', KEYS[1], ARGV[3])
-  return 2
+  return counts(2)
 end
 redis.call('ZADD', KEYS[2], lapse, ARGV[4])
 if over(KEYS[2], toolCap) then
   redis.call('ZREM', KEYS[2], ARGV[4])
   redis.call('ZREM', KEYS[1], ARGV[3])
-  return 3
+  return counts(3)
 end
 expire(KEYS[1])
 expire(KEYS[2])
-return 0
+return counts(0)
 `)
 
 // Admit decides whether key may publish callID to tool now, under l and
@@ -130,54 +142,117 @@ return 0
 // caller decides what that means (see the package doc, "When Redis is
 // unreachable").
 func (e *Enforcer) Admit(ctx context.Context, tool, key, callID string, lapse time.Time, l Limit, toolMax int) (Decision, error) {
-	var slot *Slot
+	var dec Decision
 	if l.MaxInFlight > 0 || toolMax > 0 {
-		n, err := admitScript.Run(ctx, e.batch, []string{e.keySlots(tool, key), e.toolSlots(tool)},
-			time.Now().UnixMilli(), lapse.UnixMilli(), callID, toolMember(key, callID), max(l.MaxInFlight, 0), max(toolMax, 0)).Int()
+		var err error
+		dec, err = decide(admitScript.Run(ctx, e.batch, e.admitKeys(tool, key), e.admitArgs(key, callID, lapse, l.MaxInFlight, toolMax, false)...))
 		if err != nil {
 			return Decision{}, fmt.Errorf("limits: admit a call of %q for key %q: %w", tool, key, err)
 		}
-		switch n {
-		case 1:
-			return Decision{Allowed: true}, nil // a resubmit: the same call, already counted and charged
-		case 2:
-			return Decision{Reason: ReasonInFlight, RetryAfter: SlotRetryAfter}, nil
-		case 3:
-			return Decision{Reason: ReasonToolQueue, RetryAfter: SlotRetryAfter}, nil
+		switch {
+		case dec.held:
+			dec.Allowed = true
+			return dec, nil // a resubmit: the same call, already counted and charged
+		case !dec.Allowed:
+			return dec, nil
 		}
-		slot = &Slot{tool: tool, key: key, callID: callID}
+		dec.Slot = &Slot{tool: tool, key: key, callID: callID}
 	}
 	if !l.Rate.IsZero() {
 		res, err := e.rates.Allow(ctx, e.keyRate(tool, key), redisLimit(l.Rate))
 		if err != nil {
-			e.Release(context.WithoutCancel(ctx), slot)
+			e.Release(context.WithoutCancel(ctx), dec.Slot)
 			return Decision{}, fmt.Errorf("limits: rate of key %q for %q: %w", key, tool, err)
 		}
 		if res.Allowed == 0 {
-			e.Release(context.WithoutCancel(ctx), slot)
-			return Decision{Reason: ReasonRate, RetryAfter: res.RetryAfter}, nil
+			e.Release(context.WithoutCancel(ctx), dec.Slot)
+			return Decision{Reason: ReasonRate, RetryAfter: res.RetryAfter, KeyInFlight: dec.KeyInFlight, ToolInFlight: dec.ToolInFlight}, nil
 		}
 	}
-	return Decision{Allowed: true, Slot: slot}, nil
+	dec.Allowed = true
+	return dec, nil
 }
 
-// Release frees the slots of calls that ended, in one round trip; nil
-// slots are skipped. It returns Redis's error, which the caller may only
-// log: a slot not released lapses on its own.
-func (e *Enforcer) Release(ctx context.Context, slots ...*Slot) error {
-	pipe := e.rdb.Pipeline()
-	for _, s := range slots {
-		if s != nil {
-			pipe.ZRem(ctx, e.keySlots(s.tool, s.key), s.callID)
-			pipe.ZRem(ctx, e.toolSlots(s.tool), toolMember(s.key, s.callID))
+// Take records a slot for a call its dispatcher admitted without asking
+// (it knew the counts were far from the caps), whatever the caps say
+// now: the slot is queued to Redis before Take returns, ahead of any
+// Release of it, and the counts it finds come back on the channel (nil
+// error, or why it could not be recorded: the slot then is not held).
+func (e *Enforcer) Take(tool, key, callID string, lapse time.Time) (*Slot, <-chan Taken) {
+	keys, args := e.admitKeys(tool, key), e.admitArgs(key, callID, lapse, 0, 0, true)
+	r := e.batch.enqueue(func(p redis.Pipeliner) redis.Cmder { return admitScript.EvalSha(context.Background(), p, keys, args...) })
+	out := make(chan Taken, 1)
+	go func() {
+		<-r.done
+		dec, err := decide(r.cmd.(*redis.Cmd))
+		if redis.HasErrorPrefix(err, "NOSCRIPT") { // Redis restarted: load it, once, with the script's text
+			dec, err = decide(admitScript.Run(context.Background(), e.batch, keys, args...))
 		}
+		out <- Taken{KeyInFlight: dec.KeyInFlight, ToolInFlight: dec.ToolInFlight, Err: err}
+	}()
+	return &Slot{tool: tool, key: key, callID: callID}, out
+}
+
+// Taken is what Take found: the counts after the call took its slot.
+type Taken struct {
+	KeyInFlight, ToolInFlight int
+	Err                       error
+}
+
+func (e *Enforcer) admitKeys(tool, key string) []string {
+	return []string{e.keySlots(tool, key), e.toolSlots(tool)}
+}
+
+func (e *Enforcer) admitArgs(key, callID string, lapse time.Time, keyCap, toolCap int, force bool) []any {
+	f := "0"
+	if force {
+		f = "1"
 	}
-	if pipe.Len() == 0 {
-		return nil
-	}
-	_, err := pipe.Exec(ctx)
+	return []any{time.Now().UnixMilli(), lapse.UnixMilli(), callID, toolMember(key, callID), max(keyCap, 0), max(toolCap, 0), f}
+}
+
+// decide reads admitScript's answer.
+func decide(cmd *redis.Cmd) (Decision, error) {
+	v, err := cmd.Int64Slice()
 	if err != nil {
-		return fmt.Errorf("limits: release %d slots: %w", len(slots), err)
+		return Decision{}, err
+	}
+	if len(v) != 3 {
+		return Decision{}, fmt.Errorf("limits: the admission script answered %v", v)
+	}
+	dec := Decision{KeyInFlight: int(v[1]), ToolInFlight: int(v[2])}
+	switch v[0] {
+	case 0:
+		dec.Allowed = true
+	case 1:
+		dec.held = true
+	case 2:
+		dec.Reason, dec.RetryAfter = ReasonInFlight, SlotRetryAfter
+	default:
+		dec.Reason, dec.RetryAfter = ReasonToolQueue, SlotRetryAfter
+	}
+	return dec, nil
+}
+
+// Release frees the slots of calls that ended, in one round trip, after
+// every slot taken before; nil slots are skipped. It returns Redis's
+// error, which the caller may only log: a slot not released lapses on
+// its own.
+func (e *Enforcer) Release(ctx context.Context, slots ...*Slot) error {
+	n := 0
+	cmd := do(ctx, e.batch, func(pipe redis.Pipeliner) redis.Cmder {
+		var last redis.Cmder = redis.NewStatusCmd(ctx)
+		for _, s := range slots {
+			if s != nil {
+				n++
+				pipe.ZRem(ctx, e.keySlots(s.tool, s.key), s.callID)
+				last = pipe.ZRem(ctx, e.toolSlots(s.tool), toolMember(s.key, s.callID))
+			}
+		}
+		return last
+	})
+	if n > 0 && cmd.Err() != nil {
+		return fmt.Errorf("limits: release %d slots: %w", n, cmd.Err())
 	}
 	return nil
 }

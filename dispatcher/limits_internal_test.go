@@ -1,0 +1,54 @@
+package dispatcher
+
+import (
+	"testing"
+	"time"
+)
+
+// TestSeenCountAdmitsAQuarterWithoutAsking: a dispatcher admits without
+// asking Redis only while the count it last saw, plus the calls it
+// admitted since, stays within a quarter of the cap, and only on a fresh
+// count; a count Redis gives for a call it decided starts afresh.
+func TestSeenCountAdmitsAQuarterWithoutAsking(t *testing.T) {
+	now := time.Now()
+	var c seenCount
+	if c.room(8, now) {
+		t.Fatal("room before Redis ever said a count")
+	}
+	if !c.room(0, now) || !c.room(-1, now) {
+		t.Fatal("no room under no cap")
+	}
+	c.saw(0, false, now)
+	admitted := 0
+	for range 100 {
+		if !c.room(8, now) {
+			break
+		}
+		c.admitted()
+		admitted++
+	}
+	if admitted != 2 {
+		t.Fatalf("admitted %d without asking under a cap of 8 from 0; want 2 (a quarter)", admitted)
+	}
+	c.saw(1, true, now) // the first one's slot recorded: 1 held, 1 admitted since
+	if c.room(8, now) {
+		t.Error("room with 1 held and 1 admitted since, under a cap of 8")
+	}
+	c.saw(2, true, now) // the second one's
+	if c.held != 2 || c.since != 0 {
+		t.Errorf("held %d, since %d; want 2 and 0", c.held, c.since)
+	}
+	c.saw(1, false, now) // the same seen by a call Redis decided
+	if !c.room(8, now) {
+		t.Error("no room with 1 held under a cap of 8")
+	}
+	if c.room(8, now.Add(freshFor)) {
+		t.Error("room on a count freshFor old")
+	}
+	c.admitted()
+	c.admitted()
+	c.lost() // one of them could not be recorded
+	if c.since != 1 {
+		t.Errorf("since %d after two admitted and one lost; want 1", c.since)
+	}
+}
