@@ -180,7 +180,9 @@ func (e *Enforcer) Admit(ctx context.Context, tool, key, callID string, lapse ti
 // error, or why it could not be recorded: the slot then is not held).
 func (e *Enforcer) Take(tool, key, callID string, lapse time.Time) (*Slot, <-chan Taken) {
 	keys, args := e.admitKeys(tool, key), e.admitArgs(key, callID, lapse, 0, 0, true)
-	r := e.batch.enqueue(func(p redis.Pipeliner) redis.Cmder { return admitScript.EvalSha(context.Background(), p, keys, args...) })
+	r := e.batch.enqueue(func(p redis.Pipeliner) redis.Cmder {
+		return admitScript.EvalSha(context.Background(), p, keys, args...)
+	})
 	out := make(chan Taken, 1)
 	go func() {
 		<-r.done
