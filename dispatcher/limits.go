@@ -169,11 +169,9 @@ func (d *Dispatcher) admit(ctx context.Context, p *prepared) error {
 		// is its first submit's.
 		keyCount.admitted()
 		toolCount.admitted()
-		slot, taken := a.enforcer.Take(tool, key, p.call.ID, lapse)
-		p.held = &heldSlot{slot: slot, lapse: lapse}
-		a.slots.Store(p.call.ID, p.held)
-		a.takings.Go(func() {
-			t := <-taken
+		a.takings.Add(1)
+		slot := a.enforcer.Take(tool, key, p.call.ID, lapse, func(t limits.Taken) {
+			defer a.takings.Done()
 			if t.Err != nil {
 				keyCount.lost()
 				toolCount.lost()
@@ -183,6 +181,8 @@ func (d *Dispatcher) admit(ctx context.Context, p *prepared) error {
 			keyCount.saw(t.KeyInFlight, true, at)
 			toolCount.saw(t.ToolInFlight, true, at)
 		})
+		p.held = &heldSlot{slot: slot, lapse: lapse}
+		a.slots.Store(p.call.ID, p.held)
 		return nil
 	}
 	checkCtx, cancel := context.WithTimeout(ctx, admitTimeout)

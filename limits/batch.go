@@ -33,7 +33,8 @@ type batcher struct {
 type batched struct {
 	build func(redis.Pipeliner) redis.Cmder
 	cmd   redis.Cmder
-	done  chan struct{}
+	done  chan struct{} // nil when then says what to do with the answer
+	then  func(redis.Cmder)
 }
 
 // maxBatch bounds the commands sent in one pipeline.
@@ -45,7 +46,8 @@ const batchTimeout = 5 * time.Second
 // do queues build and waits for its batch, or for ctx; it returns the
 // command build made, executed, or one failed with ctx's error.
 func do[C redis.Cmder](ctx context.Context, b *batcher, build func(redis.Pipeliner) C) C {
-	r := b.enqueue(func(p redis.Pipeliner) redis.Cmder { return build(p) })
+	r := &batched{build: func(p redis.Pipeliner) redis.Cmder { return build(p) }, done: make(chan struct{})}
+	b.enqueue(r)
 	select {
 	case <-r.done:
 		return r.cmd.(C)
@@ -56,11 +58,10 @@ func do[C redis.Cmder](ctx context.Context, b *batcher, build func(redis.Pipelin
 	}
 }
 
-// enqueue queues build and returns at once: its command is sent after
-// every command queued before it, and r.done is closed once it has its
-// answer.
-func (b *batcher) enqueue(build func(redis.Pipeliner) redis.Cmder) (r *batched) {
-	r = &batched{build: build, done: make(chan struct{})}
+// enqueue queues r and returns at once: its command is sent after every
+// command queued before it; once it has its answer, r.done is closed, or
+// r.then runs (on the batch's goroutine: it must not wait).
+func (b *batcher) enqueue(r *batched) {
 	b.mu.Lock()
 	b.queue = append(b.queue, r)
 	start := !b.running
@@ -69,7 +70,6 @@ func (b *batcher) enqueue(build func(redis.Pipeliner) redis.Cmder) (r *batched) 
 	if start {
 		go b.drain()
 	}
-	return r
 }
 
 // drain sends batches until the queue is empty.
@@ -97,7 +97,11 @@ func (b *batcher) drain() {
 		_, _ = pipe.Exec(ctx) // each command holds its own result or error
 		cancel()
 		for _, r := range batch {
-			close(r.done)
+			if r.then != nil {
+				r.then(r.cmd)
+			} else {
+				close(r.done)
+			}
 		}
 	}
 }

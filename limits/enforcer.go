@@ -176,23 +176,22 @@ func (e *Enforcer) Admit(ctx context.Context, tool, key, callID string, lapse ti
 // Take records a slot for a call its dispatcher admitted without asking
 // (it knew the counts were far from the caps), whatever the caps say
 // now: the slot is queued to Redis before Take returns, ahead of any
-// Release of it, and the counts it finds come back on the channel (nil
-// error, or why it could not be recorded: the slot then is not held).
-func (e *Enforcer) Take(tool, key, callID string, lapse time.Time) (*Slot, <-chan Taken) {
+// Release of it, and then runs with the counts it found (nil error), or
+// why it could not be recorded (the slot then is not held). then runs
+// on the goroutine that sends Redis its commands: it must not wait.
+func (e *Enforcer) Take(tool, key, callID string, lapse time.Time, then func(Taken)) *Slot {
 	keys, args := e.admitKeys(tool, key), e.admitArgs(key, callID, lapse, 0, 0, true)
-	r := e.batch.enqueue(func(p redis.Pipeliner) redis.Cmder {
-		return admitScript.EvalSha(context.Background(), p, keys, args...)
+	e.batch.enqueue(&batched{
+		build: func(p redis.Pipeliner) redis.Cmder { return admitScript.EvalSha(context.Background(), p, keys, args...) },
+		then: func(c redis.Cmder) {
+			// An error (NOSCRIPT too: Redis restarted and forgot the
+			// script) leaves the slot unrecorded; the caller's next
+			// checked admission (Script.Run) loads the script again.
+			dec, err := decide(c.(*redis.Cmd))
+			then(Taken{KeyInFlight: dec.KeyInFlight, ToolInFlight: dec.ToolInFlight, Err: err})
+		},
 	})
-	out := make(chan Taken, 1)
-	go func() {
-		<-r.done
-		dec, err := decide(r.cmd.(*redis.Cmd))
-		if redis.HasErrorPrefix(err, "NOSCRIPT") { // Redis restarted: load it, once, with the script's text
-			dec, err = decide(admitScript.Run(context.Background(), e.batch, keys, args...))
-		}
-		out <- Taken{KeyInFlight: dec.KeyInFlight, ToolInFlight: dec.ToolInFlight, Err: err}
-	}()
-	return &Slot{tool: tool, key: key, callID: callID}, out
+	return &Slot{tool: tool, key: key, callID: callID}
 }
 
 // Taken is what Take found: the counts after the call took its slot.
