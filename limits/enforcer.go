@@ -182,7 +182,9 @@ func (e *Enforcer) Admit(ctx context.Context, tool, key, callID string, lapse ti
 func (e *Enforcer) Take(tool, key, callID string, lapse time.Time, then func(Taken)) *Slot {
 	keys, args := e.admitKeys(tool, key), e.admitArgs(key, callID, lapse, 0, 0, true)
 	e.batch.enqueue(&batched{
-		build: func(p redis.Pipeliner) redis.Cmder { return admitScript.EvalSha(context.Background(), p, keys, args...) },
+		build: func(p redis.Pipeliner) redis.Cmder {
+			return admitScript.EvalSha(context.Background(), p, keys, args...)
+		},
 		then: func(c redis.Cmder) {
 			// An error (NOSCRIPT too: Redis restarted and forgot the
 			// script) leaves the slot unrecorded; the caller's next
