@@ -120,6 +120,11 @@
 // one short script (admitScript) so two replicas cannot both take the
 // last slot.
 //
+// Every script of concurrent calls shares its Redis round trip: the
+// enforcer sends them in one pipeline per batch (batch.go), because
+// go-redis has no automatic pipelining and redis_rate calls its script
+// synchronously; the measured reason is in BENCHMARKS.md, "Limits".
+//
 // # Redis keys
 //
 // Under the registry's prefix P ("windlass:" by default), every key of a
