@@ -248,7 +248,7 @@ func New(ctx context.Context, cfg Config) (*Dispatcher, error) {
 	if !unlimited(cfg.Limits) {
 		enforcer = cfg.Registry.Limits()
 	}
-	d.admission = newAdmission(cfg.Limits, enforcer, d.done)
+	d.admission = newAdmission(cfg.Limits, enforcer)
 	d.tracer = telemetry.NewTracer(cfg.TracerProvider)
 	d.metrics = telemetry.NewDispatcherMetrics(cfg.MeterProvider)
 	d.unobserveRegistry = d.observeRegistry()
@@ -271,8 +271,7 @@ func (d *Dispatcher) Close() error {
 	}
 	close(d.done)
 	<-d.sweeperDone
-	<-d.admission.done
-	d.admission.takings.Wait()
+	d.admission.close()
 	err := d.sub.Unsubscribe()
 	d.dropCounted()
 	d.unobserveRegistry()

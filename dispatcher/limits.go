@@ -24,14 +24,11 @@ type admission struct {
 	cfg      limits.Config
 	enforcer *limits.Enforcer // nil: no limits at all
 	slots    sync.Map         // call id -> *heldSlot
-	release  chan *limits.Slot
-	done     chan struct{} // closed when the releaser has stopped
 	// openUntil (Unix ns) is when Redis is asked again after it failed:
 	// until then calls are admitted unchecked, at once.
 	openUntil atomic.Int64
 
-	counts  sync.Map       // "tool" and "tool\x00key" -> *seenCount: the caps' use as last seen
-	takings sync.WaitGroup // slots recorded in the background (see Enforcer.Take)
+	counts sync.Map // "tool" and "tool\x00key" -> *seenCount: the caps' use as last seen
 }
 
 // seenCount is how many calls held a slot under one cap when Redis last
@@ -118,19 +115,16 @@ type heldSlot struct {
 // result frees it: as resultGrace, by when no worker still runs it.
 const slotGrace = resultGrace
 
-// releaseBatch bounds the slots freed in one Redis round trip.
-const releaseBatch = 256
+// newAdmission returns the admission of cfg over enforcer (nil: none).
+func newAdmission(cfg limits.Config, enforcer *limits.Enforcer) *admission {
+	return &admission{cfg: cfg, enforcer: enforcer}
+}
 
-// newAdmission returns the admission of cfg over enforcer; its releaser
-// runs until stop is closed.
-func newAdmission(cfg limits.Config, enforcer *limits.Enforcer, stop <-chan struct{}) *admission {
-	a := &admission{cfg: cfg, enforcer: enforcer, release: make(chan *limits.Slot, 4*releaseBatch), done: make(chan struct{})}
-	if enforcer == nil {
-		close(a.done)
-		return a
+// close waits for the slots taken and freed to be written.
+func (a *admission) close() {
+	if a.enforcer != nil {
+		a.enforcer.Wait()
 	}
-	go a.releaser(stop)
-	return a
 }
 
 // unlimited reports that no admission limit applies to any call (the
@@ -169,9 +163,7 @@ func (d *Dispatcher) admit(ctx context.Context, p *prepared) error {
 		// is its first submit's.
 		keyCount.admitted()
 		toolCount.admitted()
-		a.takings.Add(1)
-		slot := a.enforcer.Take(tool, key, p.call.ID, lapse, func(t limits.Taken) {
-			defer a.takings.Done()
+		slot, ok := a.enforcer.Take(tool, key, p.call.ID, lapse, func(t limits.Taken) {
 			if t.Err != nil {
 				keyCount.lost()
 				toolCount.lost()
@@ -181,9 +173,13 @@ func (d *Dispatcher) admit(ctx context.Context, p *prepared) error {
 			keyCount.saw(t.KeyInFlight, true, at)
 			toolCount.saw(t.ToolInFlight, true, at)
 		})
-		p.held = &heldSlot{slot: slot, lapse: lapse}
-		a.slots.Store(p.call.ID, p.held)
-		return nil
+		if ok {
+			p.held = &heldSlot{slot: slot, lapse: lapse}
+			a.slots.Store(p.call.ID, p.held)
+			return nil
+		}
+		keyCount.lost() // too many records waiting: ask instead
+		toolCount.lost()
 	}
 	checkCtx, cancel := context.WithTimeout(ctx, admitTimeout)
 	dec, err := a.enforcer.Admit(checkCtx, tool, key, p.call.ID, lapse, l, toolMax)
@@ -266,43 +262,8 @@ func (a *admission) ended(callID string) {
 	}
 }
 
-// free hands a slot to the releaser. When it is behind, the slot is left
-// to lapse on its own rather than hold up a result.
-func (a *admission) free(s *limits.Slot) {
-	select {
-	case a.release <- s:
-	default:
-	}
-}
-
-// releaser frees slots in batches, one Redis round trip each, until stop.
-func (a *admission) releaser(stop <-chan struct{}) {
-	defer close(a.done)
-	batch := make([]*limits.Slot, 0, releaseBatch)
-	for {
-		select {
-		case <-stop:
-			return
-		case s := <-a.release:
-			batch = append(batch[:0], s)
-		}
-	more:
-		for len(batch) < releaseBatch {
-			select {
-			case s := <-a.release:
-				batch = append(batch, s)
-			default:
-				break more
-			}
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
-		_ = a.enforcer.Release(ctx, batch...) // a slot not freed lapses on its own
-		cancel()
-	}
-}
-
-// releaseTimeout bounds one batch of releases.
-const releaseTimeout = 2 * time.Second
+// free frees a slot, without waiting (see limits.Enforcer.Free).
+func (a *admission) free(s *limits.Slot) { a.enforcer.Free(s) }
 
 // expire forgets the slots that lapsed by now: Redis dropped them already.
 func (a *admission) expire(now time.Time) {

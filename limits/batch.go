@@ -33,8 +33,7 @@ type batcher struct {
 type batched struct {
 	build func(redis.Pipeliner) redis.Cmder
 	cmd   redis.Cmder
-	done  chan struct{} // nil when then says what to do with the answer
-	then  func(redis.Cmder)
+	done  chan struct{}
 }
 
 // maxBatch bounds the commands sent in one pipeline.
@@ -59,8 +58,7 @@ func do[C redis.Cmder](ctx context.Context, b *batcher, build func(redis.Pipelin
 }
 
 // enqueue queues r and returns at once: its command is sent after every
-// command queued before it; once it has its answer, r.done is closed, or
-// r.then runs (on the batch's goroutine: it must not wait).
+// command queued before it, and r.done is closed once it has its answer.
 func (b *batcher) enqueue(r *batched) {
 	b.mu.Lock()
 	b.queue = append(b.queue, r)
@@ -97,11 +95,7 @@ func (b *batcher) drain() {
 		_, _ = pipe.Exec(ctx) // each command holds its own result or error
 		cancel()
 		for _, r := range batch {
-			if r.then != nil {
-				r.then(r.cmd)
-			} else {
-				close(r.done)
-			}
+			close(r.done)
 		}
 	}
 }

@@ -61,17 +61,20 @@ type Slot struct {
 // Redis and prefix: the dispatchers' admission limits and the workers'
 // execution rates. It is safe for concurrent use.
 type Enforcer struct {
-	rdb    redis.UniversalClient
-	batch  *batcher // rdb, for the per-call scripts: concurrent calls share round trips
-	prefix string
-	rates  *redis_rate.Limiter
+	rdb     redis.UniversalClient
+	batch   *batcher // rdb, for the per-call scripts: concurrent calls share round trips
+	records recorder // slots taken without asking, and freed
+	prefix  string
+	rates   *redis_rate.Limiter
 }
 
 // NewEnforcer returns an enforcer over rdb whose keys start with prefix
 // (the registry's, "windlass:" by default).
 func NewEnforcer(rdb redis.UniversalClient, prefix string) *Enforcer {
 	b := &batcher{rdb: rdb}
-	return &Enforcer{rdb: rdb, batch: b, prefix: prefix, rates: redis_rate.NewLimiter(b)}
+	e := &Enforcer{rdb: rdb, batch: b, prefix: prefix, rates: redis_rate.NewLimiter(b)}
+	e.records.e = e
+	return e
 }
 
 // The Redis keys, all of one tool in one hash slot ({tool}): see the
@@ -97,15 +100,13 @@ func toolMember(key, callID string) string { return key + " " + callID }
 // resubmit) is found by its add, admitted again without a second slot.
 //
 // KEYS: the key's set, the tool's set. ARGV: now and lapse (ms), the
-// call id, the tool's member, the key's cap, the tool's cap (0: none),
-// and "1" to take the slot whatever the caps (a call admitted already,
-// see Enforcer.Take). Returns the outcome — 0 (taken now), 1 (held
+// call id, the tool's member, the key's cap, the tool's cap (0: none).
+// Returns the outcome — 0 (taken now), 1 (held
 // already), 2 (the key's cap is full), 3 (the tool's cap is full) — and
 // then how many calls hold a slot in each set.
 var admitScript = redis.NewScript(`
 local now, lapse = tonumber(ARGV[1]), tonumber(ARGV[2])
 local keyCap, toolCap = tonumber(ARGV[5]), tonumber(ARGV[6])
-if ARGV[7] == '1' then keyCap, toolCap = 0, 0 end
 local function over(set, cap)
   if cap <= 0 or redis.call('ZCARD', set) <= cap then return false end
   redis.call('ZREMRANGEBYSCORE', set, '-inf', now)
@@ -145,7 +146,7 @@ func (e *Enforcer) Admit(ctx context.Context, tool, key, callID string, lapse ti
 	var dec Decision
 	if l.MaxInFlight > 0 || toolMax > 0 {
 		var err error
-		dec, err = decide(admitScript.Run(ctx, e.batch, e.admitKeys(tool, key), e.admitArgs(key, callID, lapse, l.MaxInFlight, toolMax, false)...))
+		dec, err = decide(admitScript.Run(ctx, e.batch, e.admitKeys(tool, key), e.admitArgs(key, callID, lapse, l.MaxInFlight, toolMax)...))
 		if err != nil {
 			return Decision{}, fmt.Errorf("limits: admit a call of %q for key %q: %w", tool, key, err)
 		}
@@ -176,25 +177,30 @@ func (e *Enforcer) Admit(ctx context.Context, tool, key, callID string, lapse ti
 // Take records a slot for a call its dispatcher admitted without asking
 // (it knew the counts were far from the caps), whatever the caps say
 // now: the slot is queued to Redis before Take returns, ahead of any
-// Release of it, and then runs with the counts it found (nil error), or
-// why it could not be recorded (the slot then is not held). then runs
-// on the goroutine that sends Redis its commands: it must not wait.
-func (e *Enforcer) Take(tool, key, callID string, lapse time.Time, then func(Taken)) *Slot {
-	keys, args := e.admitKeys(tool, key), e.admitArgs(key, callID, lapse, 0, 0, true)
-	e.batch.enqueue(&batched{
-		build: func(p redis.Pipeliner) redis.Cmder {
-			return admitScript.EvalSha(context.Background(), p, keys, args...)
-		},
-		then: func(c redis.Cmder) {
-			// An error (NOSCRIPT too: Redis restarted and forgot the
-			// script) leaves the slot unrecorded; the caller's next
-			// checked admission (Script.Run) loads the script again.
-			dec, err := decide(c.(*redis.Cmd))
-			then(Taken{KeyInFlight: dec.KeyInFlight, ToolInFlight: dec.ToolInFlight, Err: err})
-		},
-	})
-	return &Slot{tool: tool, key: key, callID: callID}
+// Free of it, and then runs with the counts it found (nil error), or why
+// it could not be recorded (the slot then is not held). then runs on the
+// goroutine that writes the records: it must not wait. ok is false when
+// too many records wait already: the call is not admitted this way.
+func (e *Enforcer) Take(tool, key, callID string, lapse time.Time, then func(Taken)) (slot *Slot, ok bool) {
+	slot = &Slot{tool: tool, key: key, callID: callID}
+	if !e.records.add(record{slot: slot, lapse: lapse, then: then}) {
+		return nil, false
+	}
+	return slot, true
 }
+
+// Free frees the slot of a call that ended, after every slot taken
+// before, without waiting: a slot that cannot be freed (Redis
+// unreachable, too many records waiting) lapses on its own.
+func (e *Enforcer) Free(s *Slot) {
+	if s != nil {
+		e.records.add(record{slot: s})
+	}
+}
+
+// Wait waits until the slots taken and freed so far are written (or
+// failed to be).
+func (e *Enforcer) Wait() { e.records.active.Wait() }
 
 // Taken is what Take found: the counts after the call took its slot.
 type Taken struct {
@@ -206,12 +212,8 @@ func (e *Enforcer) admitKeys(tool, key string) []string {
 	return []string{e.keySlots(tool, key), e.toolSlots(tool)}
 }
 
-func (e *Enforcer) admitArgs(key, callID string, lapse time.Time, keyCap, toolCap int, force bool) []any {
-	f := "0"
-	if force {
-		f = "1"
-	}
-	return []any{time.Now().UnixMilli(), lapse.UnixMilli(), callID, toolMember(key, callID), max(keyCap, 0), max(toolCap, 0), f}
+func (e *Enforcer) admitArgs(key, callID string, lapse time.Time, keyCap, toolCap int) []any {
+	return []any{time.Now().UnixMilli(), lapse.UnixMilli(), callID, toolMember(key, callID), max(keyCap, 0), max(toolCap, 0)}
 }
 
 // decide reads admitScript's answer.
