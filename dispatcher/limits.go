@@ -136,7 +136,7 @@ func unlimited(c limits.Config) bool {
 
 // admit decides whether p may be published now. A refusal is a
 // *windlass.CallError (rate_limited or overloaded, with a retry-after);
-// an admitted call may hold a slot (p.slot). While Redis cannot be asked
+// an admitted call may hold a slot (p.held). While Redis cannot be asked
 // the call is admitted: admission limits fail open (see package limits).
 func (d *Dispatcher) admit(ctx context.Context, p *prepared) error {
 	a := d.admission
@@ -156,11 +156,21 @@ func (d *Dispatcher) admit(ctx context.Context, p *prepared) error {
 	}
 	lapse := p.call.Deadline.Add(slotGrace)
 	keyCount, toolCount := a.countOf(tool+"\x00"+key), a.countOf(tool)
-	if !p.ownID && l.Rate.IsZero() && keyCount.room(l.MaxInFlight, now) && toolCount.room(toolMax, now) {
-		// Far from both caps as last seen: admitted at once, its slot
-		// recorded behind it (before its result can free it). Only for
-		// a random id: one the caller chose may be a resubmit, whose slot
-		// is its first submit's.
+	if !p.ownID && keyCount.room(l.MaxInFlight, now) && toolCount.room(toolMax, now) {
+		// Far from both caps as last seen: only its rate, if any, is
+		// asked, and its slot is recorded behind it (before its result
+		// can free it). Only for a random id: one the caller chose may be
+		// a resubmit, whose slot is its first submit's.
+		if !l.Rate.IsZero() {
+			dec, asked := d.ask(ctx, tool, key, func(ctx context.Context) (limits.Decision, error) { return a.enforcer.Charge(ctx, tool, key, l.Rate) })
+			if !asked {
+				return nil
+			}
+			if !dec.Allowed {
+				d.metrics.Limited(ctx, tool, key, string(dec.Reason))
+				return refusedByLimit(tool, key, dec, l, toolMax)
+			}
+		}
 		keyCount.admitted()
 		toolCount.admitted()
 		slot, ok := a.enforcer.Take(tool, key, p.call.ID, lapse, func(t limits.Taken) {
@@ -178,18 +188,15 @@ func (d *Dispatcher) admit(ctx context.Context, p *prepared) error {
 			a.slots.Store(p.call.ID, p.held)
 			return nil
 		}
-		keyCount.lost() // too many records waiting: ask instead
+		// Too many records waiting: its slot is taken by asking (its
+		// rate, if any, charged already, is charged once more).
+		keyCount.lost()
 		toolCount.lost()
 	}
-	checkCtx, cancel := context.WithTimeout(ctx, admitTimeout)
-	dec, err := a.enforcer.Admit(checkCtx, tool, key, p.call.ID, lapse, l, toolMax)
-	cancel()
-	if err != nil {
-		d.metrics.Unenforced(ctx, tool)
-		if ctx.Err() == nil {
-			a.openUntil.Store(time.Now().Add(failOpenFor).UnixNano())
-			d.cfg.Logger.WarnContext(ctx, "dispatcher: limits could not be checked; calls are admitted unchecked for a second (admission limits fail open)", "tool", tool, "key", key, "error", err)
-		}
+	dec, asked := d.ask(ctx, tool, key, func(ctx context.Context) (limits.Decision, error) {
+		return a.enforcer.Admit(ctx, tool, key, p.call.ID, lapse, l, toolMax)
+	})
+	if !asked {
 		return nil
 	}
 	if dec.KeyInFlight > 0 || dec.ToolInFlight > 0 {
@@ -199,13 +206,31 @@ func (d *Dispatcher) admit(ctx context.Context, p *prepared) error {
 	}
 	if !dec.Allowed {
 		d.metrics.Limited(ctx, tool, key, string(dec.Reason))
-		return refusedByLimit(p.call.Name, key, dec, l, toolMax)
+		return refusedByLimit(tool, key, dec, l, toolMax)
 	}
 	if dec.Slot != nil {
 		p.held = &heldSlot{slot: dec.Slot, lapse: lapse}
 		a.slots.Store(p.call.ID, p.held)
 	}
 	return nil
+}
+
+// ask asks Redis through check, bounded by admitTimeout; asked is false
+// when it could not, and the call is then admitted unchecked (admission
+// limits fail open), as every call is for failOpenFor after.
+func (d *Dispatcher) ask(ctx context.Context, tool, key string, check func(context.Context) (limits.Decision, error)) (dec limits.Decision, asked bool) {
+	checkCtx, cancel := context.WithTimeout(ctx, admitTimeout)
+	dec, err := check(checkCtx)
+	cancel()
+	if err == nil {
+		return dec, true
+	}
+	d.metrics.Unenforced(ctx, tool)
+	if ctx.Err() == nil {
+		d.admission.openUntil.Store(time.Now().Add(failOpenFor).UnixNano())
+		d.cfg.Logger.WarnContext(ctx, "dispatcher: limits could not be checked; calls are admitted unchecked for a second (admission limits fail open)", "tool", tool, "key", key, "error", err)
+	}
+	return limits.Decision{}, false
 }
 
 // refusedByLimit is the refusal of a call dec did not admit.

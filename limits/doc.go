@@ -37,13 +37,15 @@
 // dispatcher asks only when it must. Every answer Redis gives carries the
 // caps' counts; while the count a dispatcher last saw (under a second
 // old), plus the calls it admitted since, is within a quarter of a cap,
-// it admits a call with a random id at once and records its slot behind
-// it ([Enforcer.Take]: queued to Redis before the call is published, so
-// before its result can free it). From a quarter of the cap on, and for
-// every call with a rate or an id its caller chose, it asks first. So a
-// cap holds exactly for one dispatcher; with several, calls the others
-// admitted without asking in the same round trip may pass it by at most
-// a quarter of the cap each. Rates are always asked.
+// it admits a call with a random id without asking about the caps, and
+// records its slot behind it ([Enforcer.Take]: queued to Redis before the
+// call is published, so before its result can free it). From a quarter
+// of the cap on, and for every call with an id its caller chose, it asks
+// first. So a cap holds exactly for one dispatcher; with several, calls
+// the others admitted without asking in the same round trip may pass it
+// by at most a quarter of the cap each. Rates are always asked
+// ([Enforcer.Charge]): one round trip for a call with a rate, none for
+// one without.
 //
 // # Execution rates (the workers)
 //

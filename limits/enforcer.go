@@ -40,7 +40,7 @@ type Decision struct {
 	Reason Reason
 	// RetryAfter is when the caller may try again (refused only).
 	RetryAfter time.Duration
-	// Slot is the slot the call holds, to Release when it ends; nil when
+	// Slot is the slot the call holds, to Free when it ends; nil when
 	// the call holds none here: no cap applies, or the id held its slot
 	// already (a resubmit, whose first submit releases it).
 	Slot *Slot
@@ -160,18 +160,29 @@ func (e *Enforcer) Admit(ctx context.Context, tool, key, callID string, lapse ti
 		dec.Slot = &Slot{tool: tool, key: key, callID: callID}
 	}
 	if !l.Rate.IsZero() {
-		res, err := e.rates.Allow(ctx, e.keyRate(tool, key), redisLimit(l.Rate))
-		if err != nil {
+		charged, err := e.Charge(ctx, tool, key, l.Rate)
+		if err != nil || !charged.Allowed {
 			e.Release(context.WithoutCancel(ctx), dec.Slot)
-			return Decision{}, fmt.Errorf("limits: rate of key %q for %q: %w", key, tool, err)
-		}
-		if res.Allowed == 0 {
-			e.Release(context.WithoutCancel(ctx), dec.Slot)
-			return Decision{Reason: ReasonRate, RetryAfter: res.RetryAfter, KeyInFlight: dec.KeyInFlight, ToolInFlight: dec.ToolInFlight}, nil
+			charged.KeyInFlight, charged.ToolInFlight = dec.KeyInFlight, dec.ToolInFlight
+			return charged, err
 		}
 	}
 	dec.Allowed = true
 	return dec, nil
+}
+
+// Charge takes one call of key to tool from rate r, shared by every
+// dispatcher: allowed, or refused with ReasonRate and when to try again.
+// A refused call is not charged.
+func (e *Enforcer) Charge(ctx context.Context, tool, key string, r Rate) (Decision, error) {
+	res, err := e.rates.Allow(ctx, e.keyRate(tool, key), redisLimit(r))
+	if err != nil {
+		return Decision{}, fmt.Errorf("limits: rate of key %q for %q: %w", key, tool, err)
+	}
+	if res.Allowed == 0 {
+		return Decision{Reason: ReasonRate, RetryAfter: res.RetryAfter}, nil
+	}
+	return Decision{Allowed: true}, nil
 }
 
 // Take records a slot for a call its dispatcher admitted without asking

@@ -2,6 +2,7 @@ package limits_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -142,5 +143,52 @@ func TestSlotLapsesWithoutRelease(t *testing.T) {
 	}
 	if err := e.Release(ctx, dec.Slot); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestTakeAndFreeInBatches: slots taken without asking are recorded, with
+// the counts they found, and slots freed after them are gone, in the
+// order they came, however they were batched.
+func TestTakeAndFreeInBatches(t *testing.T) {
+	t.Parallel()
+	r := testserver.StartRedis(t)
+	e := limits.NewEnforcer(r.Client(t), "test:")
+	ctx := context.Background()
+	lapse := time.Now().Add(time.Minute)
+	var slots []*limits.Slot
+	found := make(chan limits.Taken, 300)
+	for i := range 300 {
+		key := []string{"a", "b", "c"}[i%3]
+		slot, ok := e.Take("t", key, fmt.Sprintf("call-%d", i), lapse, func(t limits.Taken) { found <- t })
+		if !ok {
+			t.Fatal("Take refused with an empty queue")
+		}
+		slots = append(slots, slot)
+		if i%2 == 0 {
+			e.Free(slot) // freed right behind its take: never counted at the end
+		}
+	}
+	e.Wait()
+	close(found)
+	most := 0
+	for f := range found {
+		if f.Err != nil {
+			t.Fatal(f.Err)
+		}
+		most = max(most, f.ToolInFlight)
+	}
+	if most == 0 || most > 300 {
+		t.Errorf("the largest tool count a take found = %d; want 1 to 300", most)
+	}
+	use, err := e.Use(ctx, "t")
+	if err != nil || use["a"]+use["b"]+use["c"] != 150 {
+		t.Fatalf("Use = %v, %v; want 150 slots held (the odd ones)", use, err)
+	}
+	for _, s := range slots {
+		e.Free(s)
+	}
+	e.Wait()
+	if use, err := e.Use(ctx, "t"); err != nil || len(use) != 0 {
+		t.Errorf("Use after every slot was freed = %v, %v; want none", use, err)
 	}
 }

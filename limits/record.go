@@ -140,19 +140,30 @@ func (r *recorder) write(batch []record) {
 		g.args = append(g.args, ms, s.callID, toolMember(s.key, s.callID))
 		g.thens = append(g.thens, rec.then)
 	}
-	pipe := e.rdb.Pipeline()
-	for _, g := range groups {
-		g.cmd = takeScript.EvalSha(ctx, pipe, e.admitKeys(g.tool, g.key), append([]any{latest[g]}, g.args...)...)
+	send := func() (forgotten bool) {
+		pipe := e.rdb.Pipeline()
+		for _, g := range groups {
+			g.cmd = takeScript.EvalSha(ctx, pipe, e.admitKeys(g.tool, g.key), append([]any{latest[g]}, g.args...)...)
+		}
+		for _, set := range freeOrder {
+			pipe.ZRem(ctx, set, frees[set]...)
+		}
+		_, _ = pipe.Exec(ctx) // each command holds its own result or error
+		for _, g := range groups {
+			forgotten = forgotten || redis.HasErrorPrefix(g.cmd.Err(), "NOSCRIPT")
+		}
+		return forgotten
 	}
-	for _, set := range freeOrder {
-		pipe.ZRem(ctx, set, frees[set]...)
+	if send() {
+		// Redis does not know the script (its first use, or a restart):
+		// load it and send the batch again, in order — takes and frees
+		// are both idempotent.
+		if err := takeScript.Load(ctx, e.rdb).Err(); err == nil {
+			send()
+		}
 	}
-	_, _ = pipe.Exec(ctx) // each command holds its own result or error
 	for _, g := range groups {
 		counts, err := g.cmd.Int64Slice()
-		if redis.HasErrorPrefix(err, "NOSCRIPT") { // Redis restarted and forgot it: loaded by Run
-			counts, err = takeScript.Run(ctx, e.rdb, e.admitKeys(g.tool, g.key), append([]any{latest[g]}, g.args...)...).Int64Slice()
-		}
 		t := Taken{Err: err}
 		if err == nil && len(counts) == 2 {
 			t.KeyInFlight, t.ToolInFlight = int(counts[0]), int(counts[1])
