@@ -1,12 +1,10 @@
 package dispatcher_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +14,7 @@ import (
 	"github.com/windlass-dev/windlass/dispatcher"
 	"github.com/windlass-dev/windlass/internal/fleettest"
 	"github.com/windlass-dev/windlass/internal/layout"
+	"github.com/windlass-dev/windlass/internal/testserver"
 	"github.com/windlass-dev/windlass/limits"
 	"github.com/windlass-dev/windlass/worker"
 )
@@ -96,24 +95,6 @@ func TestFullCallsStreamRefusesOverloaded(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestDispatcherBoundsAnExistingCallsStream: a calls stream created
 // before streams had a bound (no MaxMsgs, discard old) holding 5 queued
 // calls gets the bound of a dispatcher started with one (logged at info),
@@ -143,7 +124,7 @@ func TestDispatcherBoundsAnExistingCallsStream(t *testing.T) {
 		}
 	}
 
-	var logs syncBuffer
+	var logs testserver.Buffer
 	bounded := f.Dispatcher(dispatcher.Config{Limits: limits.Config{MaxQueuedCalls: 3}, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	n, cfg := queued(t, js)
 	if cfg.MaxMsgs != 3 || cfg.Discard != jetstream.DiscardNew || n != 5 {

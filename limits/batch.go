@@ -2,7 +2,6 @@ package limits
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -22,11 +21,15 @@ import (
 // No goroutine runs while nothing is queued: the first caller to find the
 // batcher idle starts one, which drains the queue and ends.
 type batcher struct {
-	rdb redis.UniversalClient
+	rdb     redis.UniversalClient
+	pending drainer[*batched]
+}
 
-	mu      sync.Mutex
-	queue   []*batched
-	running bool
+// newBatcher returns a batcher over rdb.
+func newBatcher(rdb redis.UniversalClient) *batcher {
+	b := &batcher{rdb: rdb}
+	b.pending = drainer[*batched]{write: b.send, batch: maxBatch}
+	return b
 }
 
 // batched is one command waiting for its batch.
@@ -59,44 +62,19 @@ func do[C redis.Cmder](ctx context.Context, b *batcher, build func(redis.Pipelin
 
 // enqueue queues r and returns at once: its command is sent after every
 // command queued before it, and r.done is closed once it has its answer.
-func (b *batcher) enqueue(r *batched) {
-	b.mu.Lock()
-	b.queue = append(b.queue, r)
-	start := !b.running
-	b.running = true
-	b.mu.Unlock()
-	if start {
-		go b.drain()
+func (b *batcher) enqueue(r *batched) { b.pending.add(r) }
+
+// send sends one batch in one pipeline.
+func (b *batcher) send(batch []*batched) {
+	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
+	defer cancel()
+	pipe := b.rdb.Pipeline()
+	for _, r := range batch {
+		r.cmd = r.build(pipe)
 	}
-}
-
-// drain sends batches until the queue is empty.
-func (b *batcher) drain() {
-	for {
-		b.mu.Lock()
-		n := min(len(b.queue), maxBatch)
-		if n == 0 {
-			b.running = false
-			b.mu.Unlock()
-			return
-		}
-		batch := b.queue[:n:n]
-		b.queue = b.queue[n:]
-		if len(b.queue) == 0 {
-			b.queue = nil // let the backing array go
-		}
-		b.mu.Unlock()
-
-		ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
-		pipe := b.rdb.Pipeline()
-		for _, r := range batch {
-			r.cmd = r.build(pipe)
-		}
-		_, _ = pipe.Exec(ctx) // each command holds its own result or error
-		cancel()
-		for _, r := range batch {
-			close(r.done)
-		}
+	_, _ = pipe.Exec(ctx) // each command holds its own result or error
+	for _, r := range batch {
+		close(r.done)
 	}
 }
 

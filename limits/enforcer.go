@@ -71,9 +71,10 @@ type Enforcer struct {
 // NewEnforcer returns an enforcer over rdb whose keys start with prefix
 // (the registry's, "windlass:" by default).
 func NewEnforcer(rdb redis.UniversalClient, prefix string) *Enforcer {
-	b := &batcher{rdb: rdb}
+	b := newBatcher(rdb)
 	e := &Enforcer{rdb: rdb, batch: b, prefix: prefix, rates: redis_rate.NewLimiter(b)}
 	e.records.e = e
+	e.records.pending = drainer[record]{write: e.records.write, batch: maxRecordBatch, limit: maxRecords}
 	return e
 }
 
@@ -211,7 +212,7 @@ func (e *Enforcer) Free(s *Slot) {
 
 // Wait waits until the slots taken and freed so far are written (or
 // failed to be).
-func (e *Enforcer) Wait() { e.records.active.Wait() }
+func (e *Enforcer) Wait() { e.records.pending.wait() }
 
 // Taken is what Take found: the counts after the call took its slot.
 type Taken struct {

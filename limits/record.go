@@ -2,7 +2,6 @@ package limits
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -18,15 +17,10 @@ import (
 // a call's take is queued before the call is published, so before its
 // result can free it.
 //
-// No goroutine runs while nothing is queued; Wait waits for the one that
-// does.
+// No goroutine runs while nothing is queued (see drainer).
 type recorder struct {
-	e *Enforcer
-
-	mu      sync.Mutex
-	queue   []record
-	running bool
-	active  sync.WaitGroup
+	e       *Enforcer
+	pending drainer[record]
 }
 
 // record is one slot to take (lapse set) or to free.
@@ -44,41 +38,7 @@ const maxRecords = 1 << 16
 const maxRecordBatch = 1024
 
 // add queues rec; false when the queue is full.
-func (r *recorder) add(rec record) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if len(r.queue) >= maxRecords {
-		return false
-	}
-	r.queue = append(r.queue, rec)
-	if !r.running {
-		r.running = true
-		r.active.Add(1)
-		go r.drain()
-	}
-	return true
-}
-
-// drain writes batches until the queue is empty.
-func (r *recorder) drain() {
-	defer r.active.Done()
-	for {
-		r.mu.Lock()
-		n := min(len(r.queue), maxRecordBatch)
-		if n == 0 {
-			r.running = false
-			r.mu.Unlock()
-			return
-		}
-		batch := r.queue[:n:n]
-		r.queue = r.queue[n:]
-		if len(r.queue) == 0 {
-			r.queue = nil
-		}
-		r.mu.Unlock()
-		r.write(batch)
-	}
-}
+func (r *recorder) add(rec record) bool { return r.pending.add(rec) }
 
 // takeGroup is the takes of one tool × key in a batch.
 type takeGroup struct {

@@ -1,12 +1,10 @@
 package registry_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -305,28 +303,10 @@ func toolNames(v *registry.View) []string {
 	return names
 }
 
-// syncBuffer is a log sink safe for the lease's goroutine and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestExecutionRateIsAdvertised(t *testing.T) {
 	t.Parallel()
 	rs := testserver.StartRedis(t)
-	var logs syncBuffer
+	var logs testserver.Buffer
 	reg, err := registry.New(registry.Config{Client: rs.Client(t), Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)

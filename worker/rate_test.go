@@ -1,7 +1,6 @@
 package worker_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -18,6 +17,7 @@ import (
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/internal/fleettest"
 	"github.com/windlass-dev/windlass/internal/layout"
+	"github.com/windlass-dev/windlass/internal/testserver"
 	"github.com/windlass-dev/windlass/limits"
 	"github.com/windlass-dev/windlass/worker"
 )
@@ -183,31 +183,13 @@ func TestExecutionRateHoldsAcrossWorkers(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log sink the workers' goroutines and the test share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestExecutionRateFailsClosedWhileRedisIsDown: while Redis is down a call
 // of a tool with a rate waits queued and starts once Redis is back; a tool
 // without a rate runs meanwhile.
 func TestExecutionRateFailsClosedWhileRedisIsDown(t *testing.T) {
 	t.Parallel()
 	rf := newRateFleet(t)
-	var logs syncBuffer
+	var logs testserver.Buffer
 	rf.f.StartWorker(worker.Config{AckWait: 3 * time.Second, Logger: slog.New(slog.NewTextHandler(&logs, nil))},
 		fleettest.WithToolOptions(rf.tool("crm"), worker.WithRate(limits.PerSecond(50))), rf.tool("echo"))
 	rf.publish(windlass.ToolCall{ID: "before", Name: "crm"})

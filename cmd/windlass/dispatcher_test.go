@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"log/slog"
@@ -10,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,24 +17,6 @@ import (
 	"github.com/windlass-dev/windlass/internal/fleettest"
 	"github.com/windlass-dev/windlass/internal/testserver"
 )
-
-// lockedBuffer is a bytes.Buffer safe for the command's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestDispatcherCommand runs `windlass dispatcher` against real NATS and
 // Redis with a key file: it serves the API behind the key, and stops
@@ -58,7 +38,7 @@ func TestDispatcherCommand(t *testing.T) {
 
 	ctx, stop := context.WithCancel(t.Context())
 	defer stop()
-	var stderr lockedBuffer
+	var stderr testserver.Buffer
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"dispatcher", "--listen", addr, "--nats-url", ns.URL(), "--redis-url", rs.URL(),

@@ -42,7 +42,7 @@ func TestMCPCommands(t *testing.T) {
 
 	ctx, stop := context.WithCancel(t.Context())
 	defer stop()
-	var stderr lockedBuffer
+	var stderr testserver.Buffer
 	fleet := []string{"--nats-url", ns.URL(), "--redis-url", rs.URL()}
 	workerDone, dispatcherDone := make(chan error, 1), make(chan error, 1)
 	go func() {
