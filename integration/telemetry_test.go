@@ -289,13 +289,13 @@ func TestMetricsCountSubmittedCalls(t *testing.T) {
 	}
 	fleettest.WaitFor(t, 10*time.Second, "the submitting instance counted every submitted call", func() bool {
 		got := metricPoints(t, collect(readerA), telemetry.MetricDispatcherCalls)
-		return got["outcome=ok,tool=ok"]+got["outcome=tool_error,tool=boom"] >= 3
+		return got["key=default,outcome=ok,tool=ok"]+got["key=default,outcome=tool_error,tool=boom"] >= 3
 	})
 	rmA, rmB := collect(readerA), collect(readerB)
 	want := map[string]map[string]float64{
-		telemetry.MetricDispatcherCalls:    {"outcome=ok,tool=ok": 2, "outcome=tool_error,tool=boom": 1, "outcome=unknown_tool,tool=nope": 1},
-		telemetry.MetricDispatcherDuration: {"outcome=ok,tool=ok": 2, "outcome=tool_error,tool=boom": 1},
-		telemetry.MetricDispatcherInFlight: {"tool=ok": 0, "tool=boom": 0},
+		telemetry.MetricDispatcherCalls:    {"key=default,outcome=ok,tool=ok": 2, "key=default,outcome=tool_error,tool=boom": 1, "key=default,outcome=unknown_tool,tool=nope": 1},
+		telemetry.MetricDispatcherDuration: {"key=default,outcome=ok,tool=ok": 2, "key=default,outcome=tool_error,tool=boom": 1},
+		telemetry.MetricDispatcherInFlight: {"key=default,tool=ok": 0, "key=default,tool=boom": 0},
 	}
 	for name, points := range want {
 		got := metricPoints(t, rmA, name)
@@ -409,10 +409,10 @@ func TestMetricsAfterKnownCalls(t *testing.T) {
 	}
 	want := map[string]map[string]float64{
 		telemetry.MetricDispatcherCalls: {
-			"outcome=ok,tool=ok": 3, "outcome=tool_error,tool=boom": 2, "outcome=timeout,tool=slow": 1, "outcome=unknown_tool,tool=nope": 1,
+			"key=default,outcome=ok,tool=ok": 3, "key=default,outcome=tool_error,tool=boom": 2, "key=default,outcome=timeout,tool=slow": 1, "key=default,outcome=unknown_tool,tool=nope": 1,
 		},
-		telemetry.MetricDispatcherDuration: {"outcome=ok,tool=ok": 3, "outcome=tool_error,tool=boom": 2, "outcome=timeout,tool=slow": 1},
-		telemetry.MetricDispatcherInFlight: {"tool=ok": 0, "tool=boom": 0, "tool=slow": 0},
+		telemetry.MetricDispatcherDuration: {"key=default,outcome=ok,tool=ok": 3, "key=default,outcome=tool_error,tool=boom": 2, "key=default,outcome=timeout,tool=slow": 1},
+		telemetry.MetricDispatcherInFlight: {"key=default,tool=ok": 0, "key=default,tool=boom": 0, "key=default,tool=slow": 0},
 		telemetry.MetricWorkerCalls:        {"outcome=ok,tool=ok": 3, "outcome=tool_error,tool=boom": 2, "outcome=timeout,tool=slow": 1},
 		telemetry.MetricWorkerDuration:     {"outcome=ok,tool=ok": 3, "outcome=tool_error,tool=boom": 2, "outcome=timeout,tool=slow": 1},
 		telemetry.MetricWorkerQueueWait:    {"tool=ok": 3, "tool=boom": 2, "tool=slow": 1},
