@@ -9,8 +9,9 @@ import (
 
 // batcher sends the Redis commands of concurrent callers together, one
 // pipeline per round trip: while one batch is on the wire, the commands
-// that arrive queue up and go in the next. Every admitted call asks Redis
-// once or twice before it is published, and with 64 calls in flight one
+// that arrive queue up and go in the next. A call with a rate, or near a
+// cap, asks Redis before it is published (and a worker asks before a
+// rated tool starts); when every call asked, with 64 calls in flight one
 // round trip each cost a fifth of the fleet's throughput on a 2-core
 // machine (BENCHMARKS.md, "Limits"): the syscalls and the wait for one of
 // the pool's connections, not Redis's work. go-redis has no automatic
