@@ -271,8 +271,8 @@ func (d *Dispatcher) Close() error {
 	}
 	close(d.done)
 	<-d.sweeperDone
-	d.admission.close()
 	err := d.sub.Unsubscribe()
+	d.admission.close()
 	d.dropCounted()
 	d.unobserveRegistry()
 	d.view.Close()

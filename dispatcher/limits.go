@@ -27,8 +27,34 @@ type admission struct {
 	// openUntil (Unix ns) is when Redis is asked again after it failed:
 	// until then calls are admitted unchecked, at once.
 	openUntil atomic.Int64
+	closed    atomic.Bool // no slot is freed from here after close: it lapses
 
-	counts sync.Map // "tool" and "tool\x00key" -> *seenCount: the caps' use as last seen
+	rules sync.Map // ruleKey -> *rule: Config.Limits resolved for one tool × key
+	tools sync.Map // tool -> *seenCount: the tool cap's use as last seen
+}
+
+// ruleKey names a rule.
+type ruleKey struct{ tool, key string }
+
+// rule is what admission needs of one tool × key, resolved from
+// Config.Limits on the first call, not on every one.
+type rule struct {
+	limit   limits.Limit
+	toolMax int
+	key     *seenCount // the key's cap's use as last seen
+	tool    *seenCount // the tool's, shared by its keys' rules
+}
+
+// ruleOf is the rule of tool × key.
+func (a *admission) ruleOf(tool, key string) *rule {
+	k := ruleKey{tool, key}
+	if v, ok := a.rules.Load(k); ok {
+		return v.(*rule)
+	}
+	t, _ := a.tools.LoadOrStore(tool, new(seenCount))
+	r := &rule{limit: a.cfg.For(tool, key), toolMax: a.cfg.ToolMaxQueued(tool), key: new(seenCount), tool: t.(*seenCount)}
+	v, _ := a.rules.LoadOrStore(k, r)
+	return v.(*rule)
 }
 
 // seenCount is how many calls held a slot under one cap when Redis last
@@ -87,15 +113,6 @@ func (c *seenCount) admitted() {
 	c.mu.Unlock()
 }
 
-// countOf is the seen count of one cap.
-func (a *admission) countOf(name string) *seenCount {
-	if v, ok := a.counts.Load(name); ok {
-		return v.(*seenCount)
-	}
-	v, _ := a.counts.LoadOrStore(name, new(seenCount))
-	return v.(*seenCount)
-}
-
 // admitTimeout bounds one admission check: Redis answers in well under a
 // millisecond, so one that takes longer is treated as unreachable.
 const admitTimeout = 500 * time.Millisecond
@@ -120,8 +137,10 @@ func newAdmission(cfg limits.Config, enforcer *limits.Enforcer) *admission {
 	return &admission{cfg: cfg, enforcer: enforcer}
 }
 
-// close waits for the slots taken and freed to be written.
+// close waits for the slots taken and freed to be written; a result that
+// comes later (its subscription's last callback) frees nothing.
 func (a *admission) close() {
+	a.closed.Store(true)
 	if a.enforcer != nil {
 		a.enforcer.Wait()
 	}
@@ -144,8 +163,8 @@ func (d *Dispatcher) admit(ctx context.Context, p *prepared) error {
 		return nil
 	}
 	tool, key := p.call.Name, p.key()
-	l := a.cfg.For(tool, key)
-	toolMax := a.cfg.ToolMaxQueued(tool)
+	r := a.ruleOf(tool, key)
+	l, toolMax, keyCount, toolCount := r.limit, r.toolMax, r.key, r.tool
 	if l.Rate.IsZero() && l.MaxInFlight <= 0 && toolMax <= 0 {
 		return nil
 	}
@@ -155,7 +174,6 @@ func (d *Dispatcher) admit(ctx context.Context, p *prepared) error {
 		return nil
 	}
 	lapse := p.call.Deadline.Add(slotGrace)
-	keyCount, toolCount := a.countOf(tool+"\x00"+key), a.countOf(tool)
 	if !p.ownID && keyCount.room(l.MaxInFlight, now) && toolCount.room(toolMax, now) {
 		// Far from both caps as last seen: only its rate, if any, is
 		// asked, and its slot is recorded behind it (before its result
@@ -288,7 +306,11 @@ func (a *admission) ended(callID string) {
 }
 
 // free frees a slot, without waiting (see limits.Enforcer.Free).
-func (a *admission) free(s *limits.Slot) { a.enforcer.Free(s) }
+func (a *admission) free(s *limits.Slot) {
+	if !a.closed.Load() {
+		a.enforcer.Free(s)
+	}
+}
 
 // expire forgets the slots that lapsed by now: Redis dropped them already.
 func (a *admission) expire(now time.Time) {

@@ -13,7 +13,7 @@ type drainer[T any] struct {
 	mu      sync.Mutex
 	queue   []T
 	running bool
-	active  sync.WaitGroup
+	idle    sync.Cond // on mu: broadcast when the goroutine ends
 }
 
 // add queues item; false when limit items wait already.
@@ -26,7 +26,6 @@ func (q *drainer[T]) add(item T) bool {
 	q.queue = append(q.queue, item)
 	if !q.running {
 		q.running = true
-		q.active.Add(1)
 		go q.drain()
 	}
 	return true
@@ -34,12 +33,12 @@ func (q *drainer[T]) add(item T) bool {
 
 // drain writes batches until the queue is empty.
 func (q *drainer[T]) drain() {
-	defer q.active.Done()
 	for {
 		q.mu.Lock()
 		n := min(len(q.queue), q.batch)
 		if n == 0 {
 			q.running = false
+			q.idle.Broadcast()
 			q.mu.Unlock()
 			return
 		}
@@ -53,5 +52,15 @@ func (q *drainer[T]) drain() {
 	}
 }
 
-// wait waits until the items queued so far are written.
-func (q *drainer[T]) wait() { q.active.Wait() }
+// wait waits until the queue is empty and its goroutine has ended. Items
+// may be added meanwhile, and after.
+func (q *drainer[T]) wait() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.idle.L == nil {
+		q.idle.L = &q.mu
+	}
+	for q.running {
+		q.idle.Wait()
+	}
+}

@@ -139,7 +139,7 @@ return counts(0)
 
 // Admit decides whether key may publish callID to tool now, under l and
 // the tool's cap toolMax (NoLimit: none). An admitted call holds a slot
-// until [Enforcer.Release], or until lapse at the latest (a dispatcher
+// until [Enforcer.Free], or until lapse at the latest (a dispatcher
 // that died holding it). An error means Redis could not be asked; the
 // caller decides what that means (see the package doc, "When Redis is
 // unreachable").
@@ -163,7 +163,7 @@ func (e *Enforcer) Admit(ctx context.Context, tool, key, callID string, lapse ti
 	if !l.Rate.IsZero() {
 		charged, err := e.Charge(ctx, tool, key, l.Rate)
 		if err != nil || !charged.Allowed {
-			e.Release(context.WithoutCancel(ctx), dec.Slot)
+			e.Free(dec.Slot)
 			charged.KeyInFlight, charged.ToolInFlight = dec.KeyInFlight, dec.ToolInFlight
 			return charged, err
 		}
@@ -249,29 +249,6 @@ func decide(cmd *redis.Cmd) (Decision, error) {
 		dec.Reason, dec.RetryAfter = ReasonToolQueue, SlotRetryAfter
 	}
 	return dec, nil
-}
-
-// Release frees the slots of calls that ended, in one round trip, after
-// every slot taken before; nil slots are skipped. It returns Redis's
-// error, which the caller may only log: a slot not released lapses on
-// its own.
-func (e *Enforcer) Release(ctx context.Context, slots ...*Slot) error {
-	n := 0
-	cmd := do(ctx, e.batch, func(pipe redis.Pipeliner) redis.Cmder {
-		var last redis.Cmder = redis.NewStatusCmd(ctx)
-		for _, s := range slots {
-			if s != nil {
-				n++
-				pipe.ZRem(ctx, e.keySlots(s.tool, s.key), s.callID)
-				last = pipe.ZRem(ctx, e.toolSlots(s.tool), toolMember(s.key, s.callID))
-			}
-		}
-		return last
-	})
-	if n > 0 && cmd.Err() != nil {
-		return fmt.Errorf("limits: release %d slots: %w", n, cmd.Err())
-	}
-	return nil
 }
 
 // Start takes a turn to start a call of tool under its execution rate r,

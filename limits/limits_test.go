@@ -141,9 +141,8 @@ func TestSlotLapsesWithoutRelease(t *testing.T) {
 	if err != nil || use["k"] != 1 {
 		t.Errorf("Use = %v, %v; want k: 1", use, err)
 	}
-	if err := e.Release(ctx, dec.Slot); err != nil {
-		t.Fatal(err)
-	}
+	e.Free(dec.Slot)
+	e.Wait()
 }
 
 // TestTakeAndFreeInBatches: slots taken without asking are recorded, with
