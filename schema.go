@@ -3,6 +3,8 @@ package windlass
 import (
 	"encoding/json"
 	"fmt"
+	"math"
+	"slices"
 	"strings"
 )
 
@@ -88,7 +90,9 @@ func unknownStyle(name string) error {
 // Schema returns the tool definition in a provider's format, ready to drop
 // into that provider's request. The result is a fresh value the caller may
 // modify. For [StyleGemini], the JSON Schema keywords Gemini does not accept
-// are removed recursively, and a name Gemini does not accept (one that starts
+// are mapped to their nearest form when they have one (oneOf to anyOf,
+// const to a one-value enum, exclusive bounds to inclusive ones) and
+// removed otherwise, recursively, and a name Gemini does not accept (one that starts
 // with a digit or '-') is an error. An unknown style is an error wrapping
 // [ErrUnknownStyle] that names the valid styles.
 func (s Spec) Schema(style Style) (map[string]any, error) {
@@ -150,12 +154,15 @@ func validateGeminiName(name string) error {
 
 // geminiKeywords are the fields of the Gemini API's Schema object (a subset
 // of the OpenAPI 3.0 schema object), from Google's Gemini API reference,
-// "Schema" (ai.google.dev/api/caching#Schema): type, format, title,
-// description, nullable, enum, maxItems, minItems, properties, required,
-// minProperties, maxProperties, minLength, maxLength, pattern, example,
-// anyOf, propertyOrdering, default, items, minimum, maximum. Everything else
-// ($ref, $defs, additionalProperties, oneOf, allOf, const, exclusiveMinimum,
-// examples, $schema, ...) is rejected by function declarations and stripped.
+// "Schema" (ai.google.dev/api/caching#Schema), and the fields of genai.Schema
+// in Google's Go SDK (google.golang.org/genai), which a test decodes every
+// rendering into: type, format, title, description, nullable, enum,
+// maxItems, minItems, properties, required, minProperties, maxProperties,
+// minLength, maxLength, pattern, example, anyOf, propertyOrdering, default,
+// items, minimum, maximum. Of the rest, geminiNearest first maps those that
+// have a near form (oneOf, const, exclusiveMinimum, exclusiveMaximum, an enum
+// of other values than strings); everything else ($ref, $defs,
+// additionalProperties, allOf, examples, $schema, ...) is stripped.
 var geminiKeywords = map[string]bool{
 	"type": true, "format": true, "title": true, "description": true,
 	"nullable": true, "enum": true, "maxItems": true, "minItems": true,
@@ -167,9 +174,12 @@ var geminiKeywords = map[string]bool{
 
 // geminiSchema returns a copy of a JSON Schema with only the keywords Gemini
 // accepts, applied recursively to the subschemas under properties, items and
-// anyOf. A type list of one type and "null" (["string","null"]) becomes the
-// type with nullable: true, which is how OpenAPI 3.0 spells it.
+// anyOf, after geminiNearest has mapped each keyword that has a near form. A
+// type list of one type and "null" (["string","null"]) becomes the type with
+// nullable: true, which is how OpenAPI 3.0 spells it; a list of several
+// types becomes an anyOf of each.
 func geminiSchema(schema map[string]any) map[string]any {
+	schema = geminiNearest(schema)
 	out := make(map[string]any, len(schema))
 	for k, v := range schema {
 		if !geminiKeywords[k] {
@@ -231,6 +241,93 @@ func geminiSchema(schema map[string]any) map[string]any {
 		}
 	}
 	return out
+}
+
+// geminiNearest rewrites the keywords of one schema node that Gemini does
+// not accept but that have a near form it does (the node is a fresh copy,
+// changed in place):
+//
+//   - oneOf becomes anyOf (a value the model sends matches one of them
+//     either way; only "exactly one" is lost);
+//   - const becomes a one-value enum for a string, the type for a boolean,
+//     and minimum = maximum for a number; the type is added when missing;
+//   - exclusiveMinimum and exclusiveMaximum (a number, or draft 4's boolean
+//     beside minimum/maximum) become minimum and maximum: one more or less
+//     for an integer, the bound itself for a number (its nearest inclusive
+//     form; the fleet's own validation still refuses the bound itself);
+//   - an enum of other values than strings (Gemini's enum holds strings)
+//     moves into the description, "One of: 1, 2, 3."
+func geminiNearest(n map[string]any) map[string]any {
+	if one, ok := n["oneOf"]; ok {
+		if _, has := n["anyOf"]; !has {
+			n["anyOf"] = one
+		}
+		delete(n, "oneOf")
+	}
+	if c, ok := n["const"]; ok {
+		delete(n, "const")
+		switch c := c.(type) {
+		case string:
+			n["enum"] = []any{c}
+			setDefault(n, "type", "string")
+		case bool:
+			setDefault(n, "type", "boolean")
+		case float64:
+			n["minimum"], n["maximum"] = c, c
+			if c == math.Trunc(c) {
+				setDefault(n, "type", "integer")
+			}
+			setDefault(n, "type", "number")
+		}
+	}
+	integer := n["type"] == "integer"
+	for _, b := range []struct {
+		exclusive, inclusive string
+		nextInteger          func(float64) float64 // the nearest integer within an exclusive bound
+		tighter              func(a, b float64) float64
+	}{
+		{"exclusiveMinimum", "minimum", func(x float64) float64 { return math.Floor(x) + 1 }, math.Max},
+		{"exclusiveMaximum", "maximum", func(x float64) float64 { return math.Ceil(x) - 1 }, math.Min},
+	} {
+		v, ok := n[b.exclusive]
+		if !ok {
+			continue
+		}
+		delete(n, b.exclusive)
+		bound, ok := v.(float64)
+		if !ok { // draft 4: a boolean that makes the inclusive bound exclusive
+			bound, ok = n[b.inclusive].(float64)
+			if !ok || v != true {
+				continue
+			}
+			delete(n, b.inclusive)
+		}
+		if integer {
+			bound = b.nextInteger(bound)
+		}
+		if cur, ok := n[b.inclusive].(float64); ok {
+			bound = b.tighter(cur, bound)
+		}
+		n[b.inclusive] = bound
+	}
+	if enum, ok := n["enum"].([]any); ok && slices.ContainsFunc(enum, func(v any) bool { _, s := v.(string); return !s }) {
+		delete(n, "enum")
+		vals := make([]string, len(enum))
+		for i, v := range enum {
+			b, _ := json.Marshal(v)
+			vals[i] = string(b)
+		}
+		desc, _ := n["description"].(string)
+		n["description"] = strings.TrimSpace(desc + " One of: " + strings.Join(vals, ", ") + ".")
+	}
+	return n
+}
+
+// setDefault sets m[k] to v unless m has k.
+func setDefault(m map[string]any, k string, v any) {
+	if _, ok := m[k]; !ok {
+		m[k] = v
+	}
 }
 
 // normalizeJSON returns a deep copy of a schema made only of the types

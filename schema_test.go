@@ -106,7 +106,7 @@ func TestGeminiStripsNestedKeywords(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const want = `{"properties":{"additionalProperties":{"type":"string"},"either":{"anyOf":[{"type":"string"},{"properties":{"k":{"type":"integer"}},"type":"object"}]},"maybe":{"nullable":true,"type":"string"},"oneof":{"description":"kept"},"point":{"properties":{"x":{"minimum":1,"type":"number"}},"type":"object"},"tags":{"items":{"type":"string"},"type":"array"}},"type":"object"}`
+	const want = `{"properties":{"additionalProperties":{"enum":["x"],"type":"string"},"either":{"anyOf":[{"type":"string"},{"properties":{"k":{"type":"integer"}},"type":"object"}]},"maybe":{"nullable":true,"type":"string"},"oneof":{"anyOf":[{"type":"string"}],"description":"kept"},"point":{"properties":{"x":{"minimum":1,"type":"number"}},"type":"object"},"tags":{"items":{"type":"string"},"type":"array"}},"type":"object"}`
 	if s := mustJSON(t, got["parameters"]); s != want {
 		t.Errorf("gemini parameters =\n%s\nwant\n%s", s, want)
 	}
@@ -185,6 +185,40 @@ func TestStylesFromOneTable(t *testing.T) {
 		}
 		if _, err := (windlass.Spec{Name: "ping"}).Schema(windlass.Style(name)); err == nil || err.Error() != want {
 			t.Errorf("Schema(%q) = %v, want %q", name, err, want)
+		}
+	}
+}
+
+// TestGeminiNearestForms: a keyword Gemini does not accept but that has a
+// near form it does is mapped to it, not stripped to a schema with no type.
+func TestGeminiNearestForms(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ in, want string }{
+		{`{"type":"integer","exclusiveMinimum":0}`, `{"minimum":1,"type":"integer"}`},
+		{`{"type":"number","exclusiveMinimum":0}`, `{"minimum":0,"type":"number"}`},
+		{`{"type":"integer","exclusiveMaximum":5.5}`, `{"maximum":5,"type":"integer"}`},
+		{`{"type":"integer","exclusiveMaximum":5}`, `{"maximum":4,"type":"integer"}`},
+		{`{"type":"integer","minimum":3,"exclusiveMinimum":true}`, `{"minimum":4,"type":"integer"}`},
+		{`{"type":"integer","minimum":10,"exclusiveMinimum":0}`, `{"minimum":10,"type":"integer"}`},
+		{`{"const":"x"}`, `{"enum":["x"],"type":"string"}`},
+		{`{"const":3}`, `{"maximum":3,"minimum":3,"type":"integer"}`},
+		{`{"const":0.5}`, `{"maximum":0.5,"minimum":0.5,"type":"number"}`},
+		{`{"const":true}`, `{"type":"boolean"}`},
+		{`{"type":"integer","enum":[1,2,3],"description":"Level."}`, `{"description":"Level. One of: 1, 2, 3.","type":"integer"}`},
+		{`{"oneOf":[{"type":"string"},{"const":2}]}`, `{"anyOf":[{"type":"string"},{"maximum":2,"minimum":2,"type":"integer"}]}`},
+	} {
+		var prop map[string]any
+		if err := json.Unmarshal([]byte(tc.in), &prop); err != nil {
+			t.Fatal(err)
+		}
+		spec := windlass.Spec{Name: "t", Parameters: map[string]any{"type": "object", "properties": map[string]any{"p": prop}}}
+		got, err := spec.Schema(windlass.StyleGemini)
+		if err != nil {
+			t.Fatal(err)
+		}
+		params := got["parameters"].(map[string]any)
+		if s := mustJSON(t, params["properties"].(map[string]any)["p"]); s != tc.want {
+			t.Errorf("gemini form of %s = %s, want %s", tc.in, s, tc.want)
 		}
 	}
 }
