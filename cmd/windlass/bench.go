@@ -1,13 +1,11 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"strconv"
 	"strings"
 
@@ -27,17 +25,13 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	inflight := stringFlag(fs, "inflight", "1,8,64,512", "closed loops: calls in flight, comma-separated (empty: none)")
 	rates := stringFlag(fs, "rates", "", "open loops: calls a second, comma-separated; latency from each call's intended start")
 	payloads := stringFlag(fs, "payloads", "128", "sizes of a call's arguments in bytes, comma-separated (e.g. 128,1024,8192)")
-	// WINDLASS_TOOLS and WINDLASS_CONCURRENCY belong to `windlass worker`.
-	tools := fs.String("tools", cmp.Or(os.Getenv("WINDLASS_BENCH_TOOLS"), "noop"), "tools to call, comma-separated: noop (answers at once), sleep (answers after --sleep) ($WINDLASS_BENCH_TOOLS)")
+	tools := stringFlag(fs, "tools", "noop", "tools to call, comma-separated: noop (answers at once), sleep (answers after --sleep)")
 	duration := durationFlag(fs, "duration", 0, "length of each path's run in each scenario when --calls is 0 (default 2s)")
 	calls := intFlag(fs, "calls", 0, "calls of each path in each scenario (0: run for --duration)")
 	sleep := durationFlag(fs, "sleep", 0, "how long the sleep tool (and its raw baselines) works per call (default 100ms)")
 	asJSON := boolFlag(fs, "json", false, "print the report as JSON")
 	syncAlways := boolFlag(fs, "sync-always", false, "embedded NATS syncs every write before acknowledging it (deploy/nats's setting)")
-	concurrency := fs.Int("concurrency", worker.DefaultMaxConcurrency, "calls of each bench tool the bench worker runs at once ($WINDLASS_BENCH_CONCURRENCY)")
-	if n, err := strconv.Atoi(os.Getenv("WINDLASS_BENCH_CONCURRENCY")); err == nil {
-		*concurrency = n
-	}
+	concurrency := intFlag(fs, "concurrency", worker.DefaultMaxConcurrency, "calls of each bench tool the bench worker runs at once")
 	external := boolFlag(fs, "external-worker", false, "start no worker here: a 'windlass bench --serve' process serves the bench tools")
 	serve := boolFlag(fs, "serve", false, "only serve the bench tools as a worker (against --nats-url and --redis-url) until interrupted")
 	logLevel := stringFlag(fs, "log-level", "error", "log level of the fleet's logs on stderr: debug, info, warn, error")

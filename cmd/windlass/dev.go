@@ -77,14 +77,17 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	a := approvalFlags(fs)
 	metricsListen := metricsFlag(fs)
 	fs.Usage = usageFunc(fs, "dev [flags]", devIgnores)
-	pos, err := parseArgs(fs, args)
+	pos, err := parseCommandLine(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) > 0 {
 		return &exitError{code: 2, err: fmt.Errorf("%s takes no arguments, got %q", fs.Name(), pos)}
 	}
-	if err := refuseIgnored(fs, devIgnores); err != nil {
+	if err := refuseIgnored(fs, devIgnores); err != nil { // before the environment sets them
+		return err
+	}
+	if err := applyEnv(fs); err != nil {
 		return err
 	}
 	if err := checkNoDev(); err != nil {

@@ -9,12 +9,12 @@ import (
 	"io"
 	"log/slog"
 	"math"
-	"os"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/peterbourgon/ff/v3"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/windlass-dev/windlass/dispatcher"
@@ -49,13 +49,20 @@ func usageFunc(fs *flag.FlagSet, synopsis string, hidden map[string]string) func
 	}
 }
 
-// parseArgs parses flags wherever they stand among the positional
+// parseArgs parses the command line, then the environment (see
+// parseCommandLine and applyEnv).
+func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	positional, err := parseCommandLine(fs, args)
+	if err != nil {
+		return nil, err
+	}
+	return positional, applyEnv(fs)
+}
+
+// parseCommandLine parses flags wherever they stand among the positional
 // arguments (`call add '{}' --timeout 2s` as well as `call --timeout 2s add
 // '{}'`) and returns the positional ones. "--" ends the flags.
-//
-// A flag's environment variable that is set but could not be used (not a
-// duration) is an error too: never silently the default.
-func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+func parseCommandLine(fs *flag.FlagSet, args []string) ([]string, error) {
 	var positional []string
 	for {
 		if err := fs.Parse(args); err != nil {
@@ -63,80 +70,53 @@ func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 		}
 		rest := fs.Args()
 		if len(rest) == 0 {
-			return positional, envErrors(fs)
+			return positional, nil
 		}
 		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
-			return append(positional, rest...), envErrors(fs)
+			return append(positional, rest...), nil
 		}
 		positional = append(positional, rest[0])
 		args = rest[1:]
 	}
 }
 
-// envErrors reports the flags whose environment variable could not be
-// used, as a usage error (exit code 2).
-func envErrors(fs *flag.FlagSet) error {
-	var errs []error
-	fs.VisitAll(func(f *flag.Flag) {
-		if v, ok := f.Value.(interface{ envError() error }); ok && v.envError() != nil {
-			errs = append(errs, fmt.Errorf("--%s: %w", f.Name, v.envError()))
-		}
-	})
-	if len(errs) == 0 {
-		return nil
+// applyEnv sets each flag not given on the command line from its
+// environment variable, if set (see env), through peterbourgon/ff. A value
+// the flag cannot take is a usage error (exit code 2) naming the variable,
+// the value and the form wanted: never silently the default.
+func applyEnv(fs *flag.FlagSet) error {
+	if err := ff.Parse(fs, nil, ff.WithEnvVarPrefix(envPrefix)); err != nil {
+		return &exitError{code: 2, err: err}
 	}
-	return &exitError{code: 2, err: errors.Join(errs...)}
-}
-
-// env names the environment variable of a flag.
-func env(flagName string) string {
-	return "WINDLASS_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
-}
-
-func stringFlag(fs *flag.FlagSet, name, def, usage string) *string {
-	return fs.String(name, cmp.Or(os.Getenv(env(name)), def), usage+" ($"+env(name)+")")
-}
-
-// durationFlag is a duration flag whose default is its environment
-// variable's value when set. A value that is not a duration, or is past
-// the longest one (about 292 years), is an error naming the flag or the
-// variable and the rule; parseArgs reports a bad variable.
-func durationFlag(fs *flag.FlagSet, name string, def time.Duration, usage string) *time.Duration {
-	v := &durationValue{d: def}
-	if s := os.Getenv(env(name)); s != "" {
-		if err := v.Set(s); err != nil {
-			v.envErr = fmt.Errorf("$%s %q: %w", env(name), s, err)
-		}
-	}
-	fs.Var(v, name, usage+", a `duration` such as 30s or 1h30m ($"+env(name)+")")
-	return &v.d
-}
-
-// durationValue is the flag.Value of durationFlag.
-type durationValue struct {
-	d      time.Duration
-	envErr error // the environment variable's value is no duration
-}
-
-// Set implements flag.Value, with an error that says what a duration is.
-func (v *durationValue) Set(s string) error {
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		return fmt.Errorf("want a duration such as 30s, 5m or 1h30m, at most %s", time.Duration(math.MaxInt64))
-	}
-	v.d, v.envErr = d, nil // a flag given overrides its variable
 	return nil
 }
 
-// String implements flag.Value.
-func (v *durationValue) String() string { return v.d.String() }
+// envPrefix starts the name of every flag's environment variable.
+const envPrefix = "WINDLASS"
 
-// envError reports a flag's environment variable that could not be used.
-func (v *durationValue) envError() error { return v.envErr }
+// env names the environment variable of a flag, as ff derives it: --ack-wait
+// is $WINDLASS_ACK_WAIT.
+func env(flagName string) string {
+	return envPrefix + "_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
 
-// intFlag is an integer flag whose default is its environment variable's
-// value when set; a value that is not a whole number is an error naming
-// the variable (see durationFlag).
+func stringFlag(fs *flag.FlagSet, name, def, usage string) *string {
+	return fs.String(name, def, usage+" ($"+env(name)+")")
+}
+
+// durationFlag is a duration flag; a value that is not a duration, or is
+// past the longest one (about 292 years), is an error naming the value and
+// the form wanted.
+func durationFlag(fs *flag.FlagSet, name string, def time.Duration, usage string) *time.Duration {
+	return valueFlag(fs, name, def, usage+", a `duration` such as 30s or 1h30m", time.Duration.String, func(s string) (time.Duration, error) {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return 0, fmt.Errorf("want a duration such as 30s, 5m or 1h30m, at most %s", time.Duration(math.MaxInt64))
+		}
+		return d, nil
+	})
+}
+
 // payloadFlags registers the limits of payloads by reference (see
 // PROTOCOL.md, "Payloads by reference"): their zero values are the
 // components' defaults.
@@ -146,75 +126,73 @@ func payloadFlags(fs *flag.FlagSet) (inline, limit *int) {
 	return inline, limit
 }
 
+// intFlag is an integer flag; a value that is not a whole number is an
+// error naming the value and the form wanted.
 func intFlag(fs *flag.FlagSet, name string, def int, usage string) *int {
-	v := &intValue{n: def}
-	if s := os.Getenv(env(name)); s != "" {
-		if err := v.Set(s); err != nil {
-			v.envErr = fmt.Errorf("$%s %q: %w", env(name), s, err)
+	return valueFlag(fs, name, def, usage, strconv.Itoa, func(s string) (int, error) {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			return 0, errors.New("want a whole number such as 3")
 		}
-	}
-	fs.Var(v, name, usage+" ($"+env(name)+")")
-	return &v.n
+		return n, nil
+	})
 }
 
-// intValue is the flag.Value of intFlag.
-type intValue struct {
-	n      int
-	envErr error
-}
-
-// Set implements flag.Value.
-func (v *intValue) Set(s string) error {
-	n, err := strconv.Atoi(s)
-	if err != nil {
-		return errors.New("want a whole number such as 3")
-	}
-	v.n, v.envErr = n, nil
-	return nil
-}
-
-// String implements flag.Value.
-func (v *intValue) String() string { return strconv.Itoa(v.n) }
-
-func (v *intValue) envError() error { return v.envErr }
-
-// boolFlag is a boolean flag whose default is its environment variable's
-// value when set; a value that is not a boolean is an error naming the
-// variable (see durationFlag).
+// boolFlag is a boolean flag, given without a value (--json) or with one;
+// a value that is not a boolean is an error naming the value and the form
+// wanted.
 func boolFlag(fs *flag.FlagSet, name string, def bool, usage string) *bool {
-	v := &boolValue{b: def}
-	if s := os.Getenv(env(name)); s != "" {
-		if err := v.Set(s); err != nil {
-			v.envErr = fmt.Errorf("$%s %q: %w", env(name), s, err)
+	return valueFlag(fs, name, def, usage, strconv.FormatBool, func(s string) (bool, error) {
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			return false, errors.New("want true or false (or 1 or 0)")
 		}
-	}
+		return b, nil
+	})
+}
+
+// valueFlag registers a flag of type T parsed by parse, whose errors name
+// the form wanted; the flag package's own typed flags say only "parse
+// error".
+func valueFlag[T any](fs *flag.FlagSet, name string, def T, usage string, format func(T) string, parse func(string) (T, error)) *T {
+	v := &typedValue[T]{v: def, format: format, parse: parse}
 	fs.Var(v, name, usage+" ($"+env(name)+")")
-	return &v.b
+	return &v.v
 }
 
-// boolValue is the flag.Value of boolFlag.
-type boolValue struct {
-	b      bool
-	envErr error
+// typedValue is the flag.Value of valueFlag.
+type typedValue[T any] struct {
+	v      T
+	format func(T) string
+	parse  func(string) (T, error)
 }
 
-// Set implements flag.Value.
-func (v *boolValue) Set(s string) error {
-	b, err := strconv.ParseBool(s)
+// Set implements flag.Value: the error names the value and the form wanted.
+func (t *typedValue[T]) Set(s string) error {
+	v, err := t.parse(s)
 	if err != nil {
-		return errors.New("want true or false (or 1 or 0)")
+		return fmt.Errorf("%q: %w", s, err)
 	}
-	v.b, v.envErr = b, nil
+	t.v = v
 	return nil
 }
 
 // String implements flag.Value.
-func (v *boolValue) String() string { return strconv.FormatBool(v.b) }
+func (t *typedValue[T]) String() string {
+	if t == nil {
+		return ""
+	}
+	if t.format == nil { // the zero value flag.PrintDefaults makes
+		return fmt.Sprint(t.v)
+	}
+	return t.format(t.v)
+}
 
-// IsBoolFlag lets the flag be given without a value (--json).
-func (v *boolValue) IsBoolFlag() bool { return true }
-
-func (v *boolValue) envError() error { return v.envErr }
+// IsBoolFlag lets a boolean flag be given without a value (--json).
+func (t *typedValue[T]) IsBoolFlag() bool {
+	_, ok := any(t.v).(bool)
+	return ok
+}
 
 // common are the flags of every command that talks to the fleet.
 type common struct {

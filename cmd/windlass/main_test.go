@@ -5,8 +5,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -144,8 +146,8 @@ func TestDurationsPastTheLongest(t *testing.T) {
 		args             []string
 		want             []string // in the error
 	}{
-		{"EnvPastMax", "WINDLASS_TIMEOUT", "3000000h", []string{"call", "add", "{}"}, []string{"$WINDLASS_TIMEOUT", "3000000h", "at most 2562047h47m16.854775807s"}},
-		{"EnvNotADuration", "WINDLASS_ACK_WAIT", "soon", []string{"worker"}, []string{"--ack-wait", "$WINDLASS_ACK_WAIT", "30s"}},
+		{"EnvPastMax", "WINDLASS_TIMEOUT", "3000000h", []string{"call", "add", "{}"}, []string{`"WINDLASS_TIMEOUT"`, "3000000h", "at most 2562047h47m16.854775807s"}},
+		{"EnvNotADuration", "WINDLASS_ACK_WAIT", "soon", []string{"worker"}, []string{`flag "ack-wait"`, `"WINDLASS_ACK_WAIT"`, `"soon"`, "30s"}},
 		{"FlagPastMax", "", "", []string{"call", "add", "{}", "--timeout", "3000000h"}, []string{"-timeout", "at most 2562047h47m16.854775807s"}},
 	}
 	for _, tc := range cases {
@@ -217,7 +219,7 @@ func TestBadEnvironmentValuesAreRefused(t *testing.T) {
 			var stdout, stderr bytes.Buffer
 			err := run(t.Context(), args, &stdout, &stderr)
 			var ee *exitError
-			if !errors.As(err, &ee) || ee.code != 2 || !strings.Contains(err.Error(), "$"+tc.variable) || !strings.Contains(err.Error(), strconv.Quote(tc.value)) || !strings.Contains(err.Error(), tc.want) {
+			if !errors.As(err, &ee) || ee.code != 2 || !strings.Contains(err.Error(), strconv.Quote(tc.variable)) || !strings.Contains(err.Error(), strconv.Quote(tc.value)) || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("%s=%q: %v; want a usage error naming the variable, the value and %q", tc.variable, tc.value, err, tc.want)
 			}
 		})
@@ -299,5 +301,30 @@ func TestStatusTableShowsLimits(t *testing.T) {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("status table lacks %q:\n%s", want, b.String())
 		}
+	}
+}
+
+// TestEnvironmentFallsBackFlagWins: a flag not given takes its environment
+// variable's value, a flag given wins over it (and its variable is then not
+// read at all, so a bad value there is no error), and flags may follow the
+// positional arguments.
+func TestEnvironmentFallsBackFlagWins(t *testing.T) {
+	parse := func(args ...string) (int, time.Duration, []string, error) {
+		fs := newFlags("t", "t", io.Discard)
+		n := intFlag(fs, "replicas", 1, "")
+		d := durationFlag(fs, "ack-wait", time.Second, "")
+		pos, err := parseArgs(fs, args)
+		return *n, *d, pos, err
+	}
+	t.Setenv("WINDLASS_REPLICAS", "3")
+	t.Setenv("WINDLASS_ACK_WAIT", "soon")
+	if n, d, pos, err := parse("x", "--ack-wait", "2s", "y"); err != nil || n != 3 || d != 2*time.Second || !slices.Equal(pos, []string{"x", "y"}) {
+		t.Errorf("replicas from the environment, ack wait given: %d, %s, %q, %v; want 3, 2s, [x y], no error", n, d, pos, err)
+	}
+	if n, _, _, err := parse("--replicas", "5", "--ack-wait", "1m"); err != nil || n != 5 {
+		t.Errorf("replicas given over its variable: %d, %v; want 5", n, err)
+	}
+	if _, _, _, err := parse(); err == nil || !strings.Contains(err.Error(), "WINDLASS_ACK_WAIT") {
+		t.Errorf("ack wait from a bad variable: %v; want an error naming it", err)
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 
@@ -24,8 +23,9 @@ type listFlag []string
 
 func (l *listFlag) String() string { return strings.Join(*l, ",") }
 
+// Set implements flag.Value: each use adds its comma-separated entries.
 func (l *listFlag) Set(v string) error {
-	*l = append(*l, v)
+	*l = append(*l, splitList(v)...)
 	return nil
 }
 
@@ -37,20 +37,16 @@ func mcpFlag(fs *flag.FlagSet) *listFlag {
 }
 
 // flagGiven reports whether a flag was set on the command line or in its
-// environment variable.
+// environment variable (parseArgs sets it from there).
 func flagGiven(fs *flag.FlagSet, name string) bool {
-	given := os.Getenv(env(name)) != ""
+	given := false
 	fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
 	return given
 }
 
-// mcpServers reads --mcp, or its environment variable when the flag is not
-// given.
+// mcpServers reads --mcp (or its environment variable).
 func mcpServers(l listFlag) []mcptool.Server {
 	entries := []string(l)
-	if len(entries) == 0 {
-		entries = splitList(os.Getenv(env("mcp")))
-	}
 	var out []mcptool.Server
 	for _, e := range entries {
 		s := mcptool.Server{URL: strings.TrimSpace(e)}
