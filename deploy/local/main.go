@@ -42,12 +42,12 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/windlass-dev/windlass/approval"
 	"github.com/windlass-dev/windlass/approval/release"
 	"github.com/windlass-dev/windlass/deploy"
 	"github.com/windlass-dev/windlass/internal/layout"
+	"github.com/windlass-dev/windlass/internal/redisurl"
 	"github.com/windlass-dev/windlass/internal/testserver"
 	"github.com/windlass-dev/windlass/registry"
 )
@@ -310,11 +310,10 @@ func (f *fleet) start(ctx context.Context, o options) error {
 
 // waitWorkers waits until every worker advertises the demo tools.
 func (f *fleet) waitWorkers(ctx context.Context) error {
-	opts, err := redis.ParseURL(f.state.RedisURL)
+	rc, err := redisurl.New(f.state.RedisURL)
 	if err != nil {
 		return err
 	}
-	rc := redis.NewClient(opts)
 	defer rc.Close()
 	reg, err := registry.New(registry.Config{Client: rc})
 	if err != nil {
