@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -242,6 +243,7 @@ func TestSentinelFailoverUnderLoad(t *testing.T) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	calls := make([][]loadCall, loops)
+	var answered atomic.Int64 // calls returned, answered or not
 	for g := range loops {
 		wg.Go(func() {
 			for n := 0; ; n++ {
@@ -260,6 +262,7 @@ func TestSentinelFailoverUnderLoad(t *testing.T) {
 				}
 				c.err = err
 				calls[g] = append(calls[g], c)
+				answered.Add(1)
 			}
 		})
 	}
@@ -283,13 +286,13 @@ func TestSentinelFailoverUnderLoad(t *testing.T) {
 		}
 	})
 
-	loadFor := func(d time.Duration) {
-		select {
-		case <-time.After(d): // the load runs on meanwhile: a span of it, not a wait for an event
-		case <-ctx.Done():
-		}
-	}
-	loadFor(2 * time.Second)
+	// The kill comes once the load is warm (a baseline of answered calls),
+	// and the load runs on until as many calls again were answered after
+	// the promotion.
+	const warm = 200
+	fleettest.WaitFor(t, 2*time.Minute, "the load's first calls answered", func() bool { return answered.Load() >= warm })
+	steady := time.Now() // the baseline: calls from here to the kill
+	fleettest.WaitFor(t, 2*time.Minute, "a baseline of calls answered", func() bool { return answered.Load() >= 2*warm })
 	old, err := s.Master(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -300,7 +303,8 @@ func TestSentinelFailoverUnderLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	promoted := time.Now()
-	loadFor(3 * time.Second)
+	after := answered.Load()
+	fleettest.WaitFor(t, 2*time.Minute, "calls answered after the promotion", func() bool { return answered.Load() >= after+warm })
 	close(stop)
 	wg.Wait()
 
@@ -335,7 +339,9 @@ func TestSentinelFailoverUnderLoad(t *testing.T) {
 	for _, c := range all {
 		switch {
 		case c.end.Before(killed):
-			base = append(base, c.end.Sub(c.start))
+			if c.start.After(steady) {
+				base = append(base, c.end.Sub(c.start))
+			}
 		case c.start.Before(promoted):
 			window = append(window, c.end.Sub(c.start))
 		}
