@@ -8,6 +8,7 @@
 //
 //	redis://[[user]:password@]host:port[/db][?option=value...]
 //	rediss://...
+//	unix://[[user]:password@]/path/to/redis.sock[?db=N]
 //	    One server (redis.ParseURL). db defaults to 0.
 //
 //	redis+cluster://[[user]:password@]host:port[?addr=host:port...][&option=value...]
@@ -158,8 +159,8 @@ func parse(rawURL string) (*Options, error) {
 		}
 		o.Cluster, err = redis.ParseClusterURL(u.String())
 	case Sentinel:
-		if !u.Query().Has("master_name") || u.Query().Get("master_name") == "" {
-			return nil, fmt.Errorf("the sentinel form needs master_name=NAME, the name the sentinels know the master by")
+		if u.Query().Get("master_name") == "" {
+			return nil, errors.New("the sentinel form needs master_name=NAME, the name the sentinels know the master by")
 		}
 		o.Sentinel, err = redis.ParseFailoverURL(u.String())
 	}
