@@ -97,7 +97,7 @@ func Start(ctx context.Context, opts Options) (e *Env, err error) {
 		func() error { return e.waitLive(ctx, e.d, 30*time.Second) },
 	} {
 		if err := step(); err != nil {
-			return nil, err
+			return e, err // the deferred cleanup closes e, then returns nil
 		}
 	}
 	return e, nil
