@@ -3,11 +3,13 @@ package deploy_test
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +17,8 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/windlass-dev/windlass/deploy"
+	"github.com/windlass-dev/windlass/internal/redisurl"
+	"github.com/windlass-dev/windlass/registry"
 )
 
 // composeFile is the part of the Compose specification deploy/compose.yaml
@@ -139,9 +143,101 @@ func TestCompose(t *testing.T) {
 	if len(workers) != 2 {
 		t.Errorf("%d workers, want 2", len(workers))
 	}
-	for _, name := range []string{"redis", "approval", "dispatcher"} {
+	for _, name := range []string{"redis-master", "redis-replica", "approval", "dispatcher"} {
 		if _, ok := c.Services[name]; !ok {
 			t.Errorf("no %s service", name)
+		}
+	}
+	if !slices.Contains(c.Services["redis-replica"].Command, "exec redis-server --appendonly yes --appendfsync always --requirepass \"$$REDIS_PASSWORD\" --masterauth \"$$REDIS_PASSWORD\" --replica-announce-ip redis-replica --replicaof redis-master 6379") {
+		t.Errorf("redis-replica: command %q does not replicate redis-master with AOF and the password", c.Services["redis-replica"].Command)
+	}
+	// Every windlass service reaches Redis through the Sentinels, with one URL.
+	urls := map[string]bool{}
+	for name, s := range c.Services {
+		if s.Image == "windlass:local" {
+			urls[s.Environment["WINDLASS_REDIS_URL"]] = true
+			if o, err := redisurl.Parse(composeVar.ReplaceAllString(s.Environment["WINDLASS_REDIS_URL"], "pw")); err != nil || o.Kind != redisurl.Sentinel {
+				t.Errorf("compose.yaml: %s: WINDLASS_REDIS_URL is not the Sentinel form (%v)", name, err)
+			}
+		}
+	}
+	if len(urls) != 1 {
+		t.Errorf("compose.yaml: the windlass services use %d Redis URLs, want one: %v", len(urls), slices.Collect(maps.Keys(urls)))
+	}
+}
+
+// sentinelMonitor is the line of a Sentinel's configuration that names the
+// master it watches: its name, host, port and quorum.
+var sentinelMonitor = regexp.MustCompile(`'sentinel monitor (\S+) (\S+) (\d+) (\d+)'`)
+
+// sentinelDownAfter is the line of a Sentinel's configuration that says
+// how long the master may be unreachable before it is failed over.
+var sentinelDownAfter = regexp.MustCompile(`'sentinel down-after-milliseconds \S+ (\d+)'`)
+
+// failoverWithinLease reports whether a failover after downAfter
+// milliseconds (plus about two seconds to elect and promote) ends before a
+// worker's registry lease, less one heartbeat, lapses: else the fleet's
+// tools have no live worker until the workers' next heartbeat.
+func failoverWithinLease(t *testing.T, downAfter string) bool {
+	t.Helper()
+	ms, err := strconv.Atoi(downAfter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ms)*time.Millisecond+2*time.Second < registry.DefaultTTL-registry.DefaultTTL/3
+}
+
+// checkComposeRedisURL checks a windlass service's WINDLASS_REDIS_URL: it
+// parses as the binary parses it, and every address in it is a service's.
+// In the Sentinel form, those are Sentinels (three, quorum 2) watching the
+// URL's master_name on a Redis service, with the password the URL gives.
+func checkComposeRedisURL(t *testing.T, where string, c composeFile, redisURL string) {
+	t.Helper()
+	o, err := redisurl.Parse(composeVar.ReplaceAllString(redisURL, "pw")) // ${VAR} in the passwords
+	if err != nil {
+		t.Errorf("%s: WINDLASS_REDIS_URL: %v", where, err)
+		return
+	}
+	var addrs []string
+	switch o.Kind {
+	case redisurl.Single:
+		addrs = []string{o.Single.Addr}
+	case redisurl.Cluster:
+		addrs = o.Cluster.Addrs
+	case redisurl.Sentinel:
+		addrs = o.Sentinel.SentinelAddrs
+		if len(addrs) != 3 || o.Sentinel.Password == "" || o.Sentinel.SentinelPassword == "" {
+			t.Errorf("%s: WINDLASS_REDIS_URL names %d Sentinels (want 3) with passwords %q (master), %q (Sentinels)",
+				where, len(addrs), o.Sentinel.Password, o.Sentinel.SentinelPassword)
+		}
+	}
+	for _, a := range addrs {
+		host, port, _ := strings.Cut(a, ":")
+		svc, ok := c.Services[host]
+		if !ok || !strings.HasPrefix(svc.Image, "redis:") {
+			t.Errorf("%s: WINDLASS_REDIS_URL names %s, not a Redis service", where, a)
+			continue
+		}
+		if o.Kind != redisurl.Sentinel {
+			continue
+		}
+		script := strings.Join(svc.Command, " ")
+		m := sentinelMonitor.FindStringSubmatch(script)
+		if port != "26379" || !strings.Contains(script, "--sentinel") || m == nil {
+			t.Errorf("%s: %s is not a Sentinel on 26379 watching a master", where, a)
+			continue
+		}
+		if m[1] != o.Sentinel.MasterName || m[4] != "2" {
+			t.Errorf("%s: %s watches %q with quorum %s; want the URL's master_name %q, quorum 2", where, host, m[1], m[4], o.Sentinel.MasterName)
+		}
+		if master, ok := c.Services[m[2]]; !ok || !strings.HasPrefix(master.Image, "redis:") || m[3] != "6379" {
+			t.Errorf("%s: %s watches %s:%s, not a Redis service", where, host, m[2], m[3])
+		}
+		if d := sentinelDownAfter.FindStringSubmatch(script); d == nil || !failoverWithinLease(t, d[1]) {
+			t.Errorf("%s: %s: down-after-milliseconds %v: a failover must end before a worker's lease less a heartbeat lapses", where, host, d)
+		}
+		if !strings.Contains(script, `"sentinel auth-pass windlass $$REDIS_PASSWORD"`) || !strings.Contains(script, `"requirepass $$REDIS_PASSWORD"`) {
+			t.Errorf("%s: %s does not use REDIS_PASSWORD for the master and itself", where, host)
 		}
 	}
 }
@@ -174,9 +270,7 @@ func checkComposeWindlass(t *testing.T, where string, c composeFile, s composeSe
 	if strings.HasPrefix(user, "dispatcher-") && env["WINDLASS_DISPATCHER_ID"] != user {
 		t.Errorf("%s: WINDLASS_DISPATCHER_ID %q, want %q (its results subject)", where, env["WINDLASS_DISPATCHER_ID"], user)
 	}
-	if r, err := url.Parse(env["WINDLASS_REDIS_URL"]); err != nil || c.Services[r.Hostname()].Image == "" {
-		t.Errorf("%s: WINDLASS_REDIS_URL %q names no service", where, env["WINDLASS_REDIS_URL"])
-	}
+	checkComposeRedisURL(t, where, c, env["WINDLASS_REDIS_URL"])
 	if l, ok := env["WINDLASS_LISTEN"]; ok {
 		p := portOf(t, where, l)
 		if !slices.Contains(s.Ports, fmt.Sprintf("%d:%d", p, p)) {

@@ -1,6 +1,7 @@
 // Package deploy holds the files that run the fleet beyond one machine — the
-// Dockerfile, the compose file, the Kubernetes manifests, the NATS Helm
-// values and the NATS server configuration with its accounts and per-role
+// Dockerfile, the compose file (Redis under Sentinel), the Kubernetes
+// manifests, the NATS and Redis (Sentinel) Helm values and the NATS server
+// configuration with its accounts and per-role
 // permissions — and the tests that check them without a Docker engine or a
 // Kubernetes cluster: every manifest parses strictly into typed objects,
 // every command, flag and environment variable in them is one the windlass

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/windlass-dev/windlass/deploy"
 	"github.com/windlass-dev/windlass/internal/layout"
+	"github.com/windlass-dev/windlass/internal/redisurl"
 )
 
 // scaledObject is KEDA's ScaledObject (keda.sh/v1alpha1), the fields the
@@ -155,9 +157,11 @@ func TestKubernetes(t *testing.T) {
 	for _, dir := range []string{"base", "overlays/production"} {
 		t.Run(dir, func(t *testing.T) {
 			r := build(t, dir)
-			if len(r.deployments) != 2 {
-				t.Errorf("%d Deployments, want the worker and the approval service", len(r.deployments))
+			if len(r.deployments) != 3 {
+				t.Errorf("%d Deployments, want the worker, the approval service and the dispatcher", len(r.deployments))
 			}
+			checkDispatcherDeployment(t, r)
+			checkRedisURLSecret(t, r)
 			for name, d := range r.deployments {
 				checkDeployment(t, bin, r, name, d)
 				if dir == "overlays/production" {
@@ -227,7 +231,12 @@ func checkDeployment(t *testing.T, bin binary, r rendered, name string, d *appsv
 		if l, ok := env["WINDLASS_LISTEN"]; ok && int32(portOf(t, where, l)) != ports["http"] {
 			t.Errorf("%s: WINDLASS_LISTEN %s, but the http port is %d", where, l, ports["http"])
 		}
-		health := int32(portOf(t, where, env["WINDLASS_HEALTH_LISTEN"]))
+		// The probes: on WINDLASS_HEALTH_LISTEN, or the dispatcher's API.
+		probes, ok := env["WINDLASS_HEALTH_LISTEN"]
+		if !ok && slices.Equal(c.Args, []string{"dispatcher"}) {
+			probes = env["WINDLASS_LISTEN"]
+		}
+		health := int32(portOf(t, where, probes))
 		for kind, p := range map[string]*corev1.Probe{"readiness": c.ReadinessProbe, "liveness": c.LivenessProbe} {
 			want := map[string]string{"readiness": "/readyz", "liveness": "/healthz"}[kind]
 			switch {
@@ -353,4 +362,85 @@ func ptrValue[T any](p *T) T {
 		v = *p
 	}
 	return v
+}
+
+// checkDispatcherDeployment checks the HTTP API's Deployment: one pod at a
+// time (its dispatcher id must be unique among live instances), and
+// approval replicas that share the work.
+func checkDispatcherDeployment(t *testing.T, r rendered) {
+	t.Helper()
+	d := r.deployments["windlass-dispatcher"]
+	if d == nil {
+		t.Error("no windlass-dispatcher Deployment")
+		return
+	}
+	if ptrValue(d.Spec.Replicas) != 1 || d.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
+		t.Errorf("windlass-dispatcher: %d replicas, strategy %s; want 1 and Recreate: two live pods would share the dispatcher id", ptrValue(d.Spec.Replicas), d.Spec.Strategy.Type)
+	}
+	if a := r.deployments["windlass-approval"]; a == nil || ptrValue(a.Spec.Replicas) < 2 {
+		t.Error("windlass-approval: want at least two replicas")
+	}
+}
+
+// checkRedisURLSecret checks the base Secret's redis-url: it parses as the
+// binary parses it, in the Sentinel form, naming the Sentinels and master
+// set of deploy/helm/redis-values.yaml, whose failover ends before a
+// worker's registry lease lapses.
+func checkRedisURLSecret(t *testing.T, r rendered) {
+	t.Helper()
+	s := r.secrets["windlass"]
+	if s == nil {
+		t.Fatal("no windlass Secret")
+	}
+	u, ok := s.StringData["redis-url"]
+	if !ok {
+		return // the production overlay's comes from a file
+	}
+	o, err := redisurl.Parse(u)
+	if err != nil {
+		t.Fatalf("Secret windlass: redis-url: %v", err)
+	}
+	var v struct {
+		Architecture string `json:"architecture"`
+		Auth         struct {
+			Enabled                   bool   `json:"enabled"`
+			Sentinel                  bool   `json:"sentinel"`
+			ExistingSecret            string `json:"existingSecret"`
+			ExistingSecretPasswordKey string `json:"existingSecretPasswordKey"`
+		} `json:"auth"`
+		CommonConfiguration string `json:"commonConfiguration"`
+		Replica             struct {
+			ReplicaCount int `json:"replicaCount"`
+			Persistence  struct {
+				Enabled bool   `json:"enabled"`
+				Size    string `json:"size"`
+			} `json:"persistence"`
+		} `json:"replica"`
+		Sentinel struct {
+			Enabled               bool   `json:"enabled"`
+			MasterSet             string `json:"masterSet"`
+			Quorum                int    `json:"quorum"`
+			DownAfterMilliseconds int    `json:"downAfterMilliseconds"`
+			FailoverTimeout       int    `json:"failoverTimeout"`
+		} `json:"sentinel"`
+	}
+	if err := yaml.UnmarshalStrict(readFile(t, "helm/redis-values.yaml"), &v); err != nil {
+		t.Fatalf("helm/redis-values.yaml: %v", err)
+	}
+	if o.Kind != redisurl.Sentinel || len(o.Sentinel.SentinelAddrs) != 1 || o.Sentinel.SentinelAddrs[0] != "redis.redis.svc.cluster.local:26379" {
+		t.Fatalf("Secret windlass: redis-url is not the Sentinel form naming the chart's Service on 26379: %+v", o)
+	}
+	if o.Sentinel.MasterName != v.Sentinel.MasterSet || !v.Sentinel.Enabled || v.Architecture != "replication" || v.Replica.ReplicaCount < 3 || v.Sentinel.Quorum != 2 {
+		t.Errorf("redis-url's master %q, the chart's sentinel %+v, architecture %s, %d nodes: want the same master set, Sentinel on, replication, 3 nodes, quorum 2",
+			o.Sentinel.MasterName, v.Sentinel, v.Architecture, v.Replica.ReplicaCount)
+	}
+	if !v.Auth.Enabled || !v.Auth.Sentinel || o.Sentinel.Password == "" || o.Sentinel.SentinelPassword == "" {
+		t.Error("Redis and its Sentinels need a password, and redis-url must carry both")
+	}
+	if !strings.Contains(v.CommonConfiguration, "appendfsync always") {
+		t.Error("helm/redis-values.yaml: Redis must fsync every write (appendfsync always)")
+	}
+	if !failoverWithinLease(t, strconv.Itoa(v.Sentinel.DownAfterMilliseconds)) {
+		t.Errorf("helm/redis-values.yaml: a failover (down-after %dms plus about 2s) outlasts a worker's lease less a heartbeat", v.Sentinel.DownAfterMilliseconds)
+	}
 }

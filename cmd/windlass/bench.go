@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/nats-io/nats.go"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/windlass-dev/windlass/internal/bench"
 	"github.com/windlass-dev/windlass/registry"
@@ -20,7 +19,7 @@ import (
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("bench", "bench [flags]", stderr)
 	natsURL := stringFlag(fs, "nats-url", "", "NATS server to measure (default: an embedded server on a free port)")
-	redisURL := stringFlag(fs, "redis-url", "", "Redis of the registry (default: a redis-server child process on a free port)")
+	redisURL := stringFlag(fs, "redis-url", "", "Redis of the registry: "+redisURLUsage+" (default: a redis-server child process on a free port)")
 	prefix := stringFlag(fs, "redis-prefix", registry.DefaultPrefix, "prefix of the registry's Redis keys")
 	inflight := stringFlag(fs, "inflight", "1,8,64,512", "closed loops: calls in flight, comma-separated (empty: none)")
 	rates := stringFlag(fs, "rates", "", "open loops: calls a second, comma-separated; latency from each call's intended start")
@@ -50,6 +49,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		return &exitError{code: 2, err: fmt.Errorf("--log-level %q: use debug, info, warn or error", *logLevel)}
+	}
+	if *redisURL != "" {
+		if _, err := parseRedisURL(*redisURL); err != nil {
+			return err
+		}
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	if *serve {
@@ -111,11 +115,10 @@ func serveBench(ctx context.Context, natsURL, redisURL, prefix string, concurren
 		return fmt.Errorf("connect to NATS at %s: %w", natsURL, err)
 	}
 	defer nc.Close()
-	opts, err := redis.ParseURL(redisURL)
+	rc, err := redisClient(redisURL)
 	if err != nil {
-		return fmt.Errorf("--redis-url %q: %w", redisURL, err)
+		return err
 	}
-	rc := redis.NewClient(opts)
 	defer rc.Close()
 	reg, err := registry.New(registry.Config{Client: rc, Prefix: prefix, Logger: log})
 	if err != nil {

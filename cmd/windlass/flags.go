@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/windlass-dev/windlass/dispatcher"
+	"github.com/windlass-dev/windlass/internal/redisurl"
 	"github.com/windlass-dev/windlass/internal/telemetry"
 	"github.com/windlass-dev/windlass/limits"
 	"github.com/windlass-dev/windlass/registry"
@@ -205,7 +206,7 @@ type common struct {
 func commonFlags(fs *flag.FlagSet) *common {
 	return &common{
 		natsURL:  stringFlag(fs, "nats-url", "", "NATS server URL (default: the running 'windlass dev')"),
-		redisURL: stringFlag(fs, "redis-url", "", "Redis URL (default: the running 'windlass dev')"),
+		redisURL: stringFlag(fs, "redis-url", "", redisURLUsage+" (default: the running 'windlass dev')"),
 		prefix:   stringFlag(fs, "redis-prefix", registry.DefaultPrefix, "prefix of the registry's Redis keys"),
 		inboxPrefix: stringFlag(fs, "nats-inbox-prefix", nats.InboxPrefix[:len(nats.InboxPrefix)-1],
 			"prefix of this process's NATS reply subjects; with per-role NATS users, the one the user may subscribe to (deploy/nats: _INBOX_<user>)"),
@@ -260,22 +261,45 @@ func (c *common) endpoints() (natsURL, redisURL string, err error) {
 // of endpoints suggests; nothing connects to it unless told to.
 const standardRedisURL = "redis://127.0.0.1:6379/0"
 
-// connect dials NATS and Redis.
-func (c *common) connect(name string) (*nats.Conn, *redis.Client, error) {
+// redisURLUsage is the help of every --redis-url flag.
+const redisURLUsage = "Redis URL, one of " + redisurl.Forms
+
+// parseRedisURL parses the URL of --redis-url; one that does not parse is
+// bad input (exit code 2).
+func parseRedisURL(redisURL string) (*redisurl.Options, error) {
+	o, err := redisurl.Parse(redisURL)
+	if err != nil {
+		return nil, &exitError{code: 2, err: fmt.Errorf("--redis-url ($WINDLASS_REDIS_URL) %w", err)}
+	}
+	return o, nil
+}
+
+// redisClient returns a client for the URL of --redis-url, for any
+// deployment: one server, a Cluster, a Sentinel set.
+func redisClient(redisURL string) (redis.UniversalClient, error) {
+	o, err := parseRedisURL(redisURL)
+	if err != nil {
+		return nil, err
+	}
+	return o.NewClient(), nil
+}
+
+// connect dials NATS and Redis, parsing the Redis URL first.
+func (c *common) connect(name string) (*nats.Conn, redis.UniversalClient, error) {
 	natsURL, redisURL, err := c.endpoints()
+	if err != nil {
+		return nil, nil, err
+	}
+	rc, err := redisClient(redisURL)
 	if err != nil {
 		return nil, nil, err
 	}
 	nc, err := nats.Connect(natsURL, nats.Name("windlass "+name), nats.MaxReconnects(-1), nats.CustomInboxPrefix(*c.inboxPrefix))
 	if err != nil {
+		_ = rc.Close()
 		return nil, nil, fmt.Errorf("connect to NATS at %s: %w (start `windlass dev`, or pass --nats-url)", natsURL, err)
 	}
-	opts, err := redis.ParseURL(redisURL)
-	if err != nil {
-		nc.Close()
-		return nil, nil, fmt.Errorf("--redis-url %q: %w", redisURL, err)
-	}
-	return nc, redis.NewClient(opts), nil
+	return nc, rc, nil
 }
 
 func (c *common) registry(rc redis.UniversalClient, log *slog.Logger) (*registry.Registry, error) {
@@ -289,7 +313,7 @@ type session struct {
 	dispatcherID  string
 	log           *slog.Logger
 	nc            *nats.Conn
-	rc            *redis.Client
+	rc            redis.UniversalClient
 	reg           *registry.Registry
 	limits        limits.Config // its dispatcher's
 	stopTelemetry func()        // nil until dispatcher started it

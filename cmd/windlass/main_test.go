@@ -53,6 +53,10 @@ func TestBadInputExitsTwo(t *testing.T) {
 		{"DispatcherRawAPIKey", []string{"dispatcher", "--api-keys", "wlk_notahash"}, "sha256"},
 		{"DispatcherMissingKeyFile", []string{"dispatcher", "--api-key-file", "/nonexistent/keys"}, "--api-key-file"},
 		{"DispatcherAPIKeyTwoNames", []string{"dispatcher", "apikey", "a", "b"}, "usage"},
+		{"RedisURLUnknownScheme", []string{"tools", "--redis-url", "http://127.0.0.1:1"}, `--redis-url ($WINDLASS_REDIS_URL) "http://127.0.0.1:1": unknown scheme "http"; want one of redis://`},
+		{"RedisURLSentinelNoMaster", []string{"worker", "--redis-url", "redis+sentinel://:pw@127.0.0.1:1"}, `"redis+sentinel://:xxxxx@127.0.0.1:1": the sentinel form needs master_name=NAME`},
+		{"RedisURLClusterDB", []string{"dispatcher", "--redis-url", "redis+cluster://127.0.0.1:1/2"}, "database 0 only"},
+		{"BenchRedisURL", []string{"bench", "--redis-url", "redis://127.0.0.1:1?bogus=1"}, "unexpected option: bogus"},
 		{"ToolsUnknownStyle", []string{"tools", "--style", "claude"}, `unknown schema style "claude": use ` + windlass.StyleChoices()},
 	}
 	for _, tc := range cases {

@@ -7,6 +7,8 @@
 //
 //	go run ./deploy/local                 # until Ctrl-C; prints how to call the fleet
 //	go run ./deploy/local -dir /tmp/wl    # keep the state (and find fleet.json there)
+//	go run ./deploy/local -redis cluster  # Redis as a Cluster of three masters
+//	go run ./deploy/local -redis sentinel # Redis as a master, a replica and three Sentinels
 //
 // It writes DIR/fleet.env (the environment of a dispatcher, for `windlass
 // call`) and DIR/fleet.json (ports, passwords, process ids: what the
@@ -42,12 +44,12 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/windlass-dev/windlass/approval"
 	"github.com/windlass-dev/windlass/approval/release"
 	"github.com/windlass-dev/windlass/deploy"
 	"github.com/windlass-dev/windlass/internal/layout"
+	"github.com/windlass-dev/windlass/internal/redisurl"
 	"github.com/windlass-dev/windlass/internal/testserver"
 	"github.com/windlass-dev/windlass/registry"
 )
@@ -110,6 +112,7 @@ func (s *State) URLs(user string) string {
 
 type options struct {
 	dir, windlass, sync string
+	redis               string // single, cluster or sentinel
 	workers             int
 	ackWait, grace      time.Duration
 }
@@ -121,11 +124,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.dir, "dir", "", "state directory: configurations, JetStream stores, logs, fleet.json (default: a new temporary directory, removed on exit)")
 	fs.StringVar(&o.windlass, "windlass", "", "the windlass binary (default: go build ./cmd/windlass into the state directory)")
 	fs.StringVar(&o.sync, "sync", "always", "JetStream sync_interval of the nodes: always, or a duration (2m is the server default)")
+	fs.StringVar(&o.redis, "redis", "single", "the Redis side: single (one server, appendfsync always), cluster (a Redis Cluster of three masters) or sentinel (a master, a replica and three Sentinels)")
 	fs.IntVar(&o.workers, "workers", 2, "worker processes")
 	fs.DurationVar(&o.ackWait, "worker-ack-wait", 30*time.Second, "the workers' --ack-wait")
 	fs.DurationVar(&o.grace, "worker-shutdown-grace", 25*time.Second, "the workers' --shutdown-grace")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if _, ok := redisKinds[o.redis]; !ok {
+		return fmt.Errorf("-redis %q: use single, cluster or sentinel", o.redis)
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	if o.dir == "" {
@@ -150,7 +157,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, `Windlass local cluster is running (state in %s).
   NATS      %s (3 nodes, JetStream, streams with 3 replicas, sync_interval %s)
-  Redis     %s (appendfsync always)
+  Redis     %s (%s)
   approval  %s/ (reviewer "local", token %s)
   workers   %d, serving the demo tools
 
@@ -159,7 +166,7 @@ Call it as dispatcher-a:
   go run ./cmd/windlass call add '{"a":1,"b":2}'
 
 Press Ctrl-C to stop.
-`, dir, f.state.URLs("dispatcher-a"), o.sync, f.state.RedisURL, f.state.Approval, f.state.Reviewer, o.workers, filepath.Join(dir, "fleet.env"))
+`, dir, f.state.URLs("dispatcher-a"), o.sync, f.state.RedisURL, redisKinds[o.redis], f.state.Approval, f.state.Reviewer, o.workers, filepath.Join(dir, "fleet.env"))
 	for {
 		select {
 		case <-ctx.Done():
@@ -169,6 +176,39 @@ Press Ctrl-C to stop.
 			log.Warn("local: a process exited; not restarting it", "process", name)
 		}
 	}
+}
+
+// redisKinds are the values of -redis, each with what it runs.
+var redisKinds = map[string]string{
+	"single":   "one server, appendfsync always",
+	"cluster":  "a Redis Cluster of three masters, memory only",
+	"sentinel": "a master, a replica and three Sentinels, memory only",
+}
+
+// startRedis starts the Redis side as kind says and sets its URL in the
+// state: every windlass process gets it as WINDLASS_REDIS_URL.
+func (f *fleet) startRedis(kind string) error {
+	switch kind {
+	case "cluster":
+		c, err := testserver.NewRedisCluster(3)
+		if err != nil {
+			return err
+		}
+		f.redis, f.state.RedisURL = c, c.URL()
+	case "sentinel":
+		s, err := testserver.NewRedisSentinel()
+		if err != nil {
+			return err
+		}
+		f.redis, f.state.RedisURL = s, s.URL()
+	default:
+		r, err := testserver.NewRedis(testserver.RedisOptions{Persist: true})
+		if err != nil {
+			return err
+		}
+		f.redis, f.state.RedisURL = r, r.URL()
+	}
+	return nil
 }
 
 // proc is a started process.
@@ -182,7 +222,7 @@ type fleet struct {
 	dir    string
 	log    *slog.Logger
 	state  State
-	redis  *testserver.Redis
+	redis  interface{ Close() }
 	exited chan string // names of processes that exited on their own
 
 	mu       sync.Mutex
@@ -241,10 +281,9 @@ func (f *fleet) start(ctx context.Context, o options) error {
 		return err
 	}
 
-	if f.redis, err = testserver.NewRedis(testserver.RedisOptions{Persist: true}); err != nil {
+	if err := f.startRedis(o.redis); err != nil {
 		return err
 	}
-	f.state.RedisURL = f.redis.URL()
 
 	bin := o.windlass
 	if bin == "" {
@@ -310,11 +349,10 @@ func (f *fleet) start(ctx context.Context, o options) error {
 
 // waitWorkers waits until every worker advertises the demo tools.
 func (f *fleet) waitWorkers(ctx context.Context) error {
-	opts, err := redis.ParseURL(f.state.RedisURL)
+	rc, err := redisurl.New(f.state.RedisURL)
 	if err != nil {
 		return err
 	}
-	rc := redis.NewClient(opts)
 	defer rc.Close()
 	reg, err := registry.New(registry.Config{Client: rc})
 	if err != nil {

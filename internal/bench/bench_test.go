@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -148,5 +149,15 @@ func TestMeasureInterleaved(t *testing.T) {
 				t.Errorf("load %+v: paths called in order %v, want %v", load, order, want)
 			}
 		}
+	}
+}
+
+// TestStartFailsCleanly: a Start that fails part way (here on a Redis URL
+// that does not parse, after the embedded NATS started) returns the error
+// and closes what it started; it used to close a nil Env and panic.
+func TestStartFailsCleanly(t *testing.T) {
+	e, err := Start(t.Context(), Options{RedisURL: "redis://127.0.0.1:1?bogus=1"})
+	if e != nil || err == nil || !strings.Contains(err.Error(), "unexpected option: bogus") {
+		t.Fatalf("Start with a bad Redis URL = %v, %v; want nil and the URL's error", e, err)
 	}
 }

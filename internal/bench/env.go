@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/windlass-dev/windlass/dispatcher"
+	"github.com/windlass-dev/windlass/internal/redisurl"
 	"github.com/windlass-dev/windlass/internal/testserver"
 	"github.com/windlass-dev/windlass/limits"
 	"github.com/windlass-dev/windlass/registry"
@@ -62,7 +63,7 @@ type Env struct {
 	natsSrv    *testserver.NATS
 	redisSrv   *testserver.Redis
 	conns      []*nats.Conn
-	clients    []*redis.Client
+	clients    []redis.UniversalClient
 	d          *dispatcher.Dispatcher
 	others     []*dispatcher.Dispatcher // FleetLimited's
 	opts       Options
@@ -96,7 +97,7 @@ func Start(ctx context.Context, opts Options) (e *Env, err error) {
 		func() error { return e.waitLive(ctx, e.d, 30*time.Second) },
 	} {
 		if err := step(); err != nil {
-			return nil, err
+			return e, err // the deferred cleanup closes e, then returns nil
 		}
 	}
 	return e, nil
@@ -132,11 +133,10 @@ func (e *Env) conn(name string) (*nats.Conn, error) {
 
 // registry opens a registry on its own Redis client, closed by Close.
 func (e *Env) registry(opts Options, log *slog.Logger) (*registry.Registry, error) {
-	ro, err := redis.ParseURL(e.redisURL)
+	rc, err := redisurl.New(e.redisURL)
 	if err != nil {
-		return nil, fmt.Errorf("bench: Redis URL %q: %w", e.redisURL, err)
+		return nil, fmt.Errorf("bench: Redis URL %w", err)
 	}
-	rc := redis.NewClient(ro)
 	e.clients = append(e.clients, rc)
 	return registry.New(registry.Config{Client: rc, Prefix: cmp.Or(opts.RedisPrefix, registry.DefaultPrefix), Logger: log})
 }

@@ -27,6 +27,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/dispatcher"
@@ -67,6 +68,8 @@ type options struct {
 	nats     testserver.NATSOptions
 	redis    testserver.RedisOptions
 	registry registry.Config
+	cluster  int  // masters of a Redis Cluster; 0: none
+	sentinel bool // a Sentinel set
 }
 
 // WithNATS starts the fleet's NATS server with opts.
@@ -74,6 +77,15 @@ func WithNATS(opts testserver.NATSOptions) Option { return func(o *options) { o.
 
 // WithRedis starts the fleet's Redis server with opts.
 func WithRedis(opts testserver.RedisOptions) Option { return func(o *options) { o.redis = opts } }
+
+// WithRedisCluster runs the fleet's Redis as a Redis Cluster of masters
+// nodes ([Fleet.RedisCluster]) instead of one server.
+func WithRedisCluster(masters int) Option { return func(o *options) { o.cluster = masters } }
+
+// WithRedisSentinel runs the fleet's Redis as a master, a replica and three
+// sentinels ([Fleet.RedisSentinel]) instead of one server; the fleet's
+// clients follow the master through a failover.
+func WithRedisSentinel() Option { return func(o *options) { o.sentinel = true } }
 
 // WithRegistryTTL sets the lease TTL of the fleet's registry clients. Default
 // the registry's (registry.DefaultTTL).
@@ -92,15 +104,21 @@ func WithResyncInterval(d time.Duration) Option {
 type Fleet struct {
 	// NATS is the fleet's NATS server, with JetStream.
 	NATS *testserver.NATS
-	// Redis is the fleet's Redis server, where the registry lives.
+	// Redis is the fleet's Redis server, where the registry lives; nil
+	// with WithRedisCluster or WithRedisSentinel.
 	Redis *testserver.Redis
+	// RedisCluster is the fleet's Redis with WithRedisCluster, else nil.
+	RedisCluster *testserver.RedisCluster
+	// RedisSentinel is the fleet's Redis with WithRedisSentinel, else nil.
+	RedisSentinel *testserver.RedisSentinel
 
 	t      testing.TB
 	regCfg registry.Config
 	reg    *registry.Registry
 }
 
-// New starts a NATS server and a Redis server for the test, and makes the
+// New starts a NATS server and a Redis server (or a Cluster, or a Sentinel
+// set: see the options) for the test, and makes the
 // fleet's own registry client ([Fleet.Registry]). Both servers stop when the
 // test ends.
 func New(t testing.TB, opts ...Option) *Fleet {
@@ -109,7 +127,15 @@ func New(t testing.TB, opts ...Option) *Fleet {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	f := &Fleet{t: t, NATS: testserver.StartNATS(t, o.nats), Redis: testserver.StartRedis(t, o.redis), regCfg: o.registry}
+	f := &Fleet{t: t, NATS: testserver.StartNATS(t, o.nats), regCfg: o.registry}
+	switch {
+	case o.cluster > 0:
+		f.RedisCluster = testserver.StartRedisCluster(t, o.cluster)
+	case o.sentinel:
+		f.RedisSentinel = testserver.StartRedisSentinel(t)
+	default:
+		f.Redis = testserver.StartRedis(t, o.redis)
+	}
 	f.reg = f.NewRegistry()
 	return f
 }
@@ -124,12 +150,37 @@ func (f *Fleet) Registry() *registry.Registry { return f.reg }
 func (f *Fleet) NewRegistry() *registry.Registry {
 	f.t.Helper()
 	cfg := f.regCfg
-	cfg.Client = f.Redis.Client(f.t)
+	cfg.Client = f.RedisClient()
 	reg, err := registry.New(cfg)
 	if err != nil {
 		f.t.Fatal(err)
 	}
 	return reg
+}
+
+// RedisClient returns a new client of the fleet's Redis, whatever its
+// deployment (one server, a Cluster, Sentinel), closed when the test ends.
+func (f *Fleet) RedisClient() redis.UniversalClient {
+	f.t.Helper()
+	switch {
+	case f.RedisCluster != nil:
+		return f.RedisCluster.Client(f.t)
+	case f.RedisSentinel != nil:
+		return f.RedisSentinel.Client(f.t)
+	}
+	return f.Redis.Client(f.t)
+}
+
+// RedisURL returns the URL of the fleet's Redis, in the form of
+// internal/redisurl, for a process of the windlass binary.
+func (f *Fleet) RedisURL() string {
+	switch {
+	case f.RedisCluster != nil:
+		return f.RedisCluster.URL()
+	case f.RedisSentinel != nil:
+		return f.RedisSentinel.URL()
+	}
+	return f.Redis.URL()
 }
 
 // Conn returns a new connection to the fleet's NATS server, closed when the
