@@ -15,7 +15,9 @@ import (
 // keep seeing it; nothing reads it any more.
 func (r *Registry) legacyToolsKey() string           { return r.cfg.Prefix + "tools" }
 func (r *Registry) legacyToolKey(name string) string { return r.cfg.Prefix + "tool:" + name }
-func (r *Registry) legacyZsetKey(name string) string { return r.cfg.Prefix + "tool:" + name + ":workers" }
+func (r *Registry) legacyZsetKey(name string) string {
+	return r.cfg.Prefix + "tool:" + name + ":workers"
+}
 func (r *Registry) legacyWorkerKey(id string) string { return r.cfg.Prefix + "worker:" + id }
 
 // legacyOn reports whether the registry writes the legacy layout: unless
@@ -117,7 +119,6 @@ end
 redis.call('DEL', KEYS[1])
 return 'ok'
 `)
-
 
 // legacyAdvertise writes the worker's leases in the legacy layout, first:
 // a spec that conflicts with the one live workers of the old releases

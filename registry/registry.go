@@ -307,4 +307,3 @@ type workerInfo struct {
 	PID       int      `json:"pid"`
 	StartedMS int64    `json:"started_ms"`
 }
-
