@@ -49,18 +49,8 @@ func TestRegistryOnRedisCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	view, err := reg.Watch(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(view.Close)
-	live := func(tool string) []string {
-		info, asOf, ok := view.Tool(tool)
-		if !ok {
-			return nil
-		}
-		return info.LiveWorkers(asOf)
-	}
+	view := watch(t, reg)
+	live := func(tool string) []string { return liveIn(view, tool) }
 
 	specs := make([]windlass.Spec, len(clusterTools))
 	for i, n := range clusterTools {

@@ -64,18 +64,8 @@ func TestViewFollowsChangesByTheVersion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	view, err := reg.Watch(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(view.Close)
-	live := func(tool string) []string {
-		info, asOf, ok := view.Tool(tool)
-		if !ok {
-			return nil
-		}
-		return info.LiveWorkers(asOf)
-	}
+	view := watch(t, reg)
+	live := func(tool string) []string { return liveIn(view, tool) }
 
 	v1, v2 := spec("echo", "v1"), spec("echo", "v2")
 	advertise(t, reg, registry.Advertisement{WorkerID: "w1", Specs: []windlass.Spec{v1}})
@@ -150,11 +140,7 @@ func TestViewRedisCommandsAt100Tools(t *testing.T) {
 		name := fmt.Sprintf("tool_%03d", i)
 		advertise(t, reg, registry.Advertisement{WorkerID: "w-" + name, Specs: []windlass.Spec{spec(name, "")}})
 	}
-	view, err := reg.Watch(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(view.Close)
+	view := watch(t, reg)
 	if tools, _ := view.Tools(); len(tools) != 100 {
 		t.Fatalf("view has %d tools, want 100", len(tools))
 	}

@@ -1,7 +1,6 @@
 package worker_test
 
 import (
-	"context"
 	"encoding/json"
 	"log/slog"
 	"slices"
@@ -125,23 +124,7 @@ func TestWorkerFollowsAShorterConsumerAckWait(t *testing.T) {
 	t.Parallel()
 	b := newBench(t)
 	b.createConsumer("slow", 2*time.Second)
-	var runs atomic.Int64
-	slow := windlass.MustFunc("slow", func(ctx context.Context, _ struct{}) (string, error) {
-		runs.Add(1)
-		select {
-		case <-time.After(5 * time.Second): // 2.5 × the consumer's ack wait
-			return "done", nil
-		case <-ctx.Done():
-			return "", ctx.Err()
-		}
-	})
-	b.start(worker.Config{AckWait: 12 * time.Second}, slow)
-	b.publish(windlass.ToolCall{ID: "long", Name: "slow"})
-	r := b.result(20 * time.Second)
-	if r.IsError || r.Attempt != 1 {
-		t.Fatalf("result = %+v", r)
-	}
-	if info := b.consumerSettled("slow"); info.NumRedelivered != 0 || runs.Load() != 1 {
-		t.Errorf("redelivered %d, ran %d times: the worker's in-progress acks did not follow the consumer's ack wait", info.NumRedelivered, runs.Load())
-	}
+	// 12 s: in-progress acks every 4 s, past the consumer's 2 s, unless
+	// the worker follows it.
+	b.longCallRunsOnce(worker.Config{AckWait: 12 * time.Second}, "the worker's in-progress acks did not follow the consumer's ack wait")
 }
