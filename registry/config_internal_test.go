@@ -23,6 +23,7 @@ func TestConfigValidate(t *testing.T) {
 		{"negative ttl", func(c *Config) { c.TTL = -time.Second }, "registry: Config.TTL must not be negative, got -1s"},
 		{"negative heartbeat interval", func(c *Config) { c.HeartbeatInterval = -time.Second }, "registry: Config.HeartbeatInterval must not be negative, got -1s"},
 		{"negative resync interval", func(c *Config) { c.ResyncInterval = -time.Second }, "registry: Config.ResyncInterval must not be negative, got -1s"},
+		{"negative full resync interval", func(c *Config) { c.FullResyncInterval = -time.Second }, "registry: Config.FullResyncInterval must not be negative, got -1s"},
 		{"heartbeat not under ttl", func(c *Config) { c.TTL, c.HeartbeatInterval = time.Second, time.Second },
 			"registry: Config.HeartbeatInterval (1s) must be shorter than Config.TTL (1s)"},
 		{"heartbeat not under the default ttl", func(c *Config) { c.HeartbeatInterval = time.Minute },
@@ -44,4 +45,34 @@ func errText(err error) string {
 		return ""
 	}
 	return err.Error()
+}
+
+// TestLegacyLayoutOn: the legacy layout is written unless told not to, and
+// never on a Redis Cluster under a prefix without a hash tag, where its
+// script would fail with CROSSSLOT.
+func TestLegacyLayoutOn(t *testing.T) {
+	t.Parallel()
+	single := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
+	t.Cleanup(func() { _ = single.Close(); _ = cluster.Close() })
+	tests := []struct {
+		name   string
+		client redis.UniversalClient
+		prefix string
+		off    bool
+		want   bool
+	}{
+		{"single node", single, "", false, true},
+		{"single node, turned off", single, "", true, false},
+		{"cluster, no hash tag", cluster, "windlass:", false, false},
+		{"cluster, hash tag", cluster, "{windlass}:", false, true},
+		{"cluster, empty braces", cluster, "{}windlass:", false, false},
+		{"cluster, hash tag, turned off", cluster, "{windlass}:", true, false},
+	}
+	for _, tt := range tests {
+		r := &Registry{cfg: Config{Client: tt.client, Prefix: tt.prefix, NoLegacyLayout: tt.off}.withDefaults()}
+		if got := r.legacyOn(); got != tt.want {
+			t.Errorf("%s: legacyOn() = %v, want %v", tt.name, got, tt.want)
+		}
+	}
 }

@@ -19,6 +19,10 @@ type Lease struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 
+	// st carries unannounced changes between attempts; only the first
+	// advertisement, then the heartbeat goroutine, use it.
+	st adState
+
 	mu      sync.Mutex
 	lastOK  time.Time
 	lastErr error
@@ -37,7 +41,13 @@ func (r *Registry) Advertise(ctx context.Context, ad Advertisement) (*Lease, err
 	}
 	ad.Specs = append(ad.Specs[:0:0], ad.Specs...)
 	l := &Lease{reg: r, ad: ad, started: time.Now(), done: make(chan struct{})}
-	if err := r.advertiseOnce(ctx, ad, l.started); err != nil {
+	if err := r.advertiseOnce(ctx, ad, l.started, &l.st); err != nil {
+		var conflict *ConflictError
+		if errors.As(err, &conflict) && l.st.holds {
+			// Another worker took a tool between the two passes: give
+			// back what this one took.
+			_ = r.withdraw(ctx, ad.WorkerID, ad.names())
+		}
 		return nil, err
 	}
 	l.lastOK = time.Now()
@@ -62,7 +72,7 @@ func (l *Lease) heartbeat(ctx context.Context) {
 		// Until Redis is back or the lease ends.
 		policy := retry.Policy{Initial: 100 * time.Millisecond, Max: l.reg.cfg.HeartbeatInterval, PerAttempt: l.reg.cfg.HeartbeatInterval}
 		_ = retry.Do(ctx, policy, func(opCtx context.Context) error {
-			err := l.reg.advertiseOnce(opCtx, l.ad, l.started)
+			err := l.reg.advertiseOnce(opCtx, l.ad, l.started, &l.st)
 			var conflict *ConflictError
 			switch {
 			case err == nil:
@@ -108,9 +118,5 @@ func (l *Lease) Status() (lastRenewed time.Time, err error) {
 func (l *Lease) Withdraw(ctx context.Context) error {
 	l.cancel()
 	<-l.done
-	names := make([]string, len(l.ad.Specs))
-	for i, s := range l.ad.Specs {
-		names[i] = s.Name
-	}
-	return l.reg.withdraw(ctx, l.ad.WorkerID, names)
+	return l.reg.withdraw(ctx, l.ad.WorkerID, l.ad.names())
 }

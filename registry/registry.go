@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -40,10 +39,24 @@ type Config struct {
 	TTL time.Duration
 	// HeartbeatInterval is how often a lease is renewed. Default TTL/3.
 	HeartbeatInterval time.Duration
-	// ResyncInterval is how often a [View] rereads every tool, to pick up
-	// renewed and lapsed leases and any change announcement it missed.
-	// Default 1s.
+	// ResyncInterval is how often a [View] checks the registry: one read
+	// of the version and of the workers' lease expiries (two commands), and
+	// a reread of every tool only when the version moved. Default 1s.
 	ResyncInterval time.Duration
+	// FullResyncInterval is how often a [View] rereads every tool even
+	// though the version did not move: a safety net for a change whose
+	// version bump was lost (written to a Redis master that failed over
+	// before replicating it). Default 1 minute.
+	FullResyncInterval time.Duration
+	// NoLegacyLayout stops writing the key layout of the releases before
+	// the registry sharded (protocol 2's first layout: <prefix>tools,
+	// <prefix>tool:<name>, ...). By default a worker writes both layouts,
+	// so dispatchers not yet upgraded keep seeing it during a rolling
+	// upgrade (see the package doc, "Upgrading"); set it once every
+	// dispatcher and CLI reads the new layout. On a Redis Cluster whose
+	// prefix has no hash tag the old layout cannot exist (its script fails
+	// with CROSSSLOT there) and is never written.
+	NoLegacyLayout bool
 	// Logger receives warnings (lost heartbeats, re-advertising). Default:
 	// discard.
 	Logger *slog.Logger
@@ -62,6 +75,7 @@ func (c Config) withDefaults() Config {
 	c.TTL = cmp.Or(c.TTL, DefaultTTL)
 	c.HeartbeatInterval = cmp.Or(c.HeartbeatInterval, c.TTL/3)
 	c.ResyncInterval = cmp.Or(c.ResyncInterval, time.Second)
+	c.FullResyncInterval = cmp.Or(c.FullResyncInterval, time.Minute)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -80,6 +94,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("registry: Config.HeartbeatInterval must not be negative, got %s", c.HeartbeatInterval)
 	case c.ResyncInterval < 0:
 		return fmt.Errorf("registry: Config.ResyncInterval must not be negative, got %s", c.ResyncInterval)
+	case c.FullResyncInterval < 0:
+		return fmt.Errorf("registry: Config.FullResyncInterval must not be negative, got %s", c.FullResyncInterval)
 	case c.HeartbeatInterval >= c.TTL:
 		return fmt.Errorf("registry: Config.HeartbeatInterval (%s) must be shorter than Config.TTL (%s)", c.HeartbeatInterval, c.TTL)
 	}
@@ -102,10 +118,15 @@ func (r *Registry) Limits() *limits.Enforcer { return limits.NewEnforcer(r.cfg.C
 // TTL returns the lease TTL in force.
 func (r *Registry) TTL() time.Duration { return r.cfg.TTL }
 
-func (r *Registry) toolsKey() string           { return r.cfg.Prefix + "tools" }
-func (r *Registry) toolKey(name string) string { return r.cfg.Prefix + "tool:" + name }
-func (r *Registry) zsetKey(name string) string { return r.cfg.Prefix + "tool:" + name + ":workers" }
-func (r *Registry) workerKey(id string) string { return r.cfg.Prefix + "worker:" + id }
+// The keys of the layout in the package doc. A tool's keys share the hash
+// tag {<name>}, so every script on one tool touches one Redis Cluster slot;
+// the keys that span tools share the tag {registry}.
+func (r *Registry) toolKey(name string) string { return r.cfg.Prefix + "tool:{" + name + "}" }
+func (r *Registry) zsetKey(name string) string { return r.cfg.Prefix + "tool:{" + name + "}:workers" }
+func (r *Registry) toolsKey() string           { return r.cfg.Prefix + "{registry}:tools" }
+func (r *Registry) versionKey() string         { return r.cfg.Prefix + "{registry}:version" }
+func (r *Registry) leasesKey() string          { return r.cfg.Prefix + "{registry}:leases" }
+func (r *Registry) workerKey(id string) string { return r.cfg.Prefix + "{registry}:worker:" + id }
 func (r *Registry) channel() string            { return r.cfg.Prefix + "changes" }
 
 // ToolInfo is what the registry knows of one tool.
@@ -280,154 +301,9 @@ func (a Advertisement) validate() error {
 	return nil
 }
 
-// advertiseScript writes a worker's lease on each tool atomically. For each
-// tool: drop lapsed leases; renew the lease of a worker that holds one
-// (never touching the spec or the rate); otherwise refuse a spec differing
-// from live workers' unless replace; else write the spec and the rate
-// (noting a rate that differs from the one live workers advertise) and
-// add the lease. Then the worker's own hash, with its TTL. Changed tools
-// are announced.
-//
-// KEYS: tools set, worker hash, then per tool: tool hash, workers zset.
-// ARGV: now_ms, expiry_ms, ttl_ms, worker id, worker info json, replace, channel,
-// then per tool: name, spec json, spec hash, rate ("" for none).
-// Returns {'ok', changed, then name and live rate of each tool whose live
-// workers advertise another rate}, or {'conflict', name, hash, live hash,
-// live workers...}.
-var advertiseScript = redis.NewScript(`
-local now, exp, ttl = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local wid, info, replace, channel = ARGV[4], ARGV[5], ARGV[6] == '1', ARGV[7]
-local n = (#KEYS - 2) / 2
-local renew = {}
-for i = 0, n - 1 do
-  local tkey, zkey = KEYS[3 + 2*i], KEYS[4 + 2*i]
-  local name, hash = ARGV[8 + 4*i], ARGV[10 + 4*i]
-  redis.call('ZREMRANGEBYSCORE', zkey, '-inf', now)
-  if redis.call('ZSCORE', zkey, wid) then
-    renew[i] = true
-  elseif not replace then
-    local cur = redis.call('HGET', tkey, 'hash')
-    if cur and cur ~= hash then
-      local live = redis.call('ZRANGE', zkey, 0, -1)
-      if #live > 0 then
-        local out = {'conflict', name, hash, cur}
-        for _, w in ipairs(live) do out[#out + 1] = w end
-        return out
-      end
-    end
-  end
-end
-local changed = 0
-local rates = {}
-for i = 0, n - 1 do
-  local tkey, zkey = KEYS[3 + 2*i], KEYS[4 + 2*i]
-  local name, spec, hash, rate = ARGV[8 + 4*i], ARGV[9 + 4*i], ARGV[10 + 4*i], ARGV[11 + 4*i]
-  if not renew[i] then
-    local liveRate = redis.call('HGET', tkey, 'rate') or ''
-    if liveRate ~= rate and redis.call('ZCARD', zkey) > 0 then
-      rates[#rates + 1] = name
-      rates[#rates + 1] = liveRate
-    end
-    if rate == '' then
-      redis.call('HDEL', tkey, 'rate')
-    else
-      redis.call('HSET', tkey, 'rate', rate)
-    end
-  end
-  redis.call('ZADD', zkey, exp, wid)
-  if not renew[i] then
-    local cur = redis.call('HGET', tkey, 'hash')
-    if cur ~= hash then
-      redis.call('HSET', tkey, 'spec', spec, 'hash', hash, 'updated_ms', now)
-    end
-    redis.call('SADD', KEYS[1], name)
-    redis.call('PUBLISH', channel, name)
-    changed = changed + 1
-  end
-end
-redis.call('HSET', KEYS[2], 'info', info)
-redis.call('PEXPIRE', KEYS[2], ttl)
-local out = {'ok', tostring(changed)}
-for _, v in ipairs(rates) do out[#out + 1] = v end
-return out
-`)
-
-// withdrawScript removes a worker's leases and its hash, announcing each tool.
-// KEYS: worker hash, then the tools' zsets. ARGV: worker id, channel, names.
-var withdrawScript = redis.NewScript(`
-for i = 2, #KEYS do
-  if redis.call('ZREM', KEYS[i], ARGV[1]) == 1 then
-    redis.call('PUBLISH', ARGV[2], ARGV[i + 1])
-  end
-end
-redis.call('DEL', KEYS[1])
-return 'ok'
-`)
-
 type workerInfo struct {
 	Tools     []string `json:"tools"`
 	Host      string   `json:"host"`
 	PID       int      `json:"pid"`
 	StartedMS int64    `json:"started_ms"`
-}
-
-// advertiseOnce runs the advertise script. It returns a *ConflictError on a
-// conflict.
-func (r *Registry) advertiseOnce(ctx context.Context, ad Advertisement, started time.Time) error {
-	now := time.Now()
-	keys := make([]string, 0, 2+2*len(ad.Specs))
-	keys = append(keys, r.toolsKey(), r.workerKey(ad.WorkerID))
-	names := make([]string, 0, len(ad.Specs))
-	args := []any{now.UnixMilli(), now.Add(r.cfg.TTL).UnixMilli(), r.cfg.TTL.Milliseconds(), ad.WorkerID, "", boolArg(ad.Replace), r.channel()}
-	for _, s := range ad.Specs {
-		spec, err := json.Marshal(s)
-		if err != nil {
-			return fmt.Errorf("registry: encode spec of %q: %w", s.Name, err)
-		}
-		rate := ""
-		if rt := ad.Rates[s.Name]; !rt.IsZero() {
-			rate = rt.String()
-		}
-		keys = append(keys, r.toolKey(s.Name), r.zsetKey(s.Name))
-		args = append(args, s.Name, string(spec), s.Hash(), rate)
-		names = append(names, s.Name)
-	}
-	host, _ := os.Hostname()
-	info, _ := json.Marshal(workerInfo{Tools: names, Host: host, PID: os.Getpid(), StartedMS: started.UnixMilli()})
-	args[4] = string(info)
-
-	res, err := advertiseScript.Run(ctx, r.cfg.Client, keys, args...).StringSlice()
-	if err != nil {
-		return fmt.Errorf("registry: advertise worker %q: %w", ad.WorkerID, err)
-	}
-	if len(res) >= 4 && res[0] == "conflict" {
-		return &ConflictError{Tool: res[1], Hash: res[2], LiveHash: res[3], Workers: res[4:]}
-	}
-	for i := 2; i+1 < len(res); i += 2 {
-		tool, live := res[i], cmp.Or(res[i+1], "none")
-		r.cfg.Logger.WarnContext(ctx, "registry: a worker declares an execution rate that differs from the one the tool's live workers advertise; each worker enforces its own rate on the tool's shared count, and the registry now shows this one",
-			"tool", tool, "worker", ad.WorkerID, "rate", ad.Rates[tool].String(), "live_rate", live)
-	}
-	return nil
-}
-
-func boolArg(b bool) string {
-	if b {
-		return "1"
-	}
-	return "0"
-}
-
-// withdraw removes the worker's leases on tools.
-func (r *Registry) withdraw(ctx context.Context, workerID string, tools []string) error {
-	keys := []string{r.workerKey(workerID)}
-	args := []any{workerID, r.channel()}
-	for _, t := range tools {
-		keys = append(keys, r.zsetKey(t))
-		args = append(args, t)
-	}
-	if err := withdrawScript.Run(ctx, r.cfg.Client, keys, args...).Err(); err != nil {
-		return fmt.Errorf("registry: withdraw worker %q: %w", workerID, err)
-	}
-	return nil
 }

@@ -43,6 +43,27 @@ func advertise(t *testing.T, reg *registry.Registry, ad registry.Advertisement) 
 	return l
 }
 
+// watch returns a view of reg, closed when the test ends.
+func watch(t *testing.T, reg *registry.Registry) *registry.View {
+	t.Helper()
+	view, err := reg.Watch(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(view.Close)
+	return view
+}
+
+// liveIn returns the workers of tool live in view (nil for a tool it does
+// not list).
+func liveIn(view *registry.View, tool string) []string {
+	info, asOf, ok := view.Tool(tool)
+	if !ok {
+		return nil
+	}
+	return info.LiveWorkers(asOf)
+}
+
 func TestAdvertiseLookupList(t *testing.T) {
 	t.Parallel()
 	reg := newRegistry(t, testserver.StartRedis(t), 0)

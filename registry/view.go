@@ -10,9 +10,12 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// View is an in-memory copy of the registry that follows changes: a change
-// announcement triggers a resync at once, and a timer resyncs every
-// Config.ResyncInterval. Reads never touch Redis. Safe for concurrent use.
+// View is an in-memory copy of the registry that follows changes. Every
+// Config.ResyncInterval, and at once when a change is announced, it checks
+// the registry's version and the workers' lease expiries (one round trip,
+// two commands); it rereads every tool only when the version moved, or
+// when Config.FullResyncInterval passed since it last did. Reads never
+// touch Redis. Safe for concurrent use.
 type View struct {
 	reg *Registry
 
@@ -22,9 +25,16 @@ type View struct {
 	lastSync time.Time
 	lastErr  error
 	changed  chan struct{}
+
+	// Touched only by sync (Watch, then the view's goroutine).
+	raw      map[string]ToolInfo // the last full read, leases as stored in the tools' keys
+	readAt   time.Time           // when the last full read started
+	token    string              // the version token the last full read follows
+	fullDone bool                // a full read succeeded since the last failed check
 	// carried are tools the view still offers though Redis no longer
-	// lists them, each until the time it is dropped (see sync).
-	carried map[string]time.Time
+	// lists them, each with its leases held until it is dropped (see
+	// carry).
+	carried map[string]ToolInfo
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -41,7 +51,7 @@ func (r *Registry) Watch(ctx context.Context) (*View, error) {
 		_ = sub.Close()
 		return nil, fmt.Errorf("registry: subscribe to %s: %w", r.channel(), err)
 	}
-	v := &View{reg: r, tools: map[string]ToolInfo{}, carried: map[string]time.Time{}, changed: make(chan struct{}), cancel: cancel, done: make(chan struct{})}
+	v := &View{reg: r, tools: map[string]ToolInfo{}, carried: map[string]ToolInfo{}, changed: make(chan struct{}), cancel: cancel, done: make(chan struct{})}
 	if err := v.sync(ctx); err != nil {
 		cancel()
 		_ = sub.Close()
@@ -84,27 +94,49 @@ func (v *View) run(ctx context.Context, sub *redis.PubSub) {
 	}
 }
 
-// sync rereads every tool and swaps the view.
+// sync checks the version and the lease index, rereads every tool when
+// it must, and swaps the view.
 func (v *View) sync(ctx context.Context) error {
-	infos, err := v.reg.List(ctx)
-	v.mu.Lock()
-	defer v.mu.Unlock()
+	token, expiry, err := v.reg.readVersion(ctx)
+	full := err == nil && (!v.fullDone || token != v.token || time.Since(v.readAt) >= v.reg.cfg.FullResyncInterval)
+	var infos []ToolInfo
+	readAt := time.Now()
+	if full {
+		infos, err = v.reg.List(ctx)
+	}
 	if err != nil {
+		v.fullDone = false
+		v.mu.Lock()
+		defer v.mu.Unlock()
 		v.lastErr = err
 		return err
 	}
-	tools := make(map[string]ToolInfo, len(infos))
-	names := make([]string, 0, len(infos))
-	for _, t := range infos {
-		tools[t.Spec.Name] = t
-		names = append(names, t.Spec.Name)
-		delete(v.carried, t.Spec.Name)
-	}
 	now := time.Now()
-	if carried := v.carryLocked(tools, now); len(carried) > 0 {
-		names = append(names, carried...)
-		slices.Sort(names)
+	if full {
+		raw := make(map[string]ToolInfo, len(infos))
+		for _, t := range infos {
+			raw[t.Spec.Name] = t
+		}
+		v.carry(raw, now)
+		v.raw, v.readAt, v.token, v.fullDone = raw, readAt, token, true
 	}
+	tools := make(map[string]ToolInfo, len(v.raw)+len(v.carried))
+	names := make([]string, 0, len(v.raw)+len(v.carried))
+	for name, t := range v.raw {
+		tools[name] = v.withExpiry(t, expiry)
+		names = append(names, name)
+	}
+	for name, t := range v.carried {
+		if !now.Before(t.Workers[0].Expires) {
+			delete(v.carried, name)
+			continue
+		}
+		tools[name] = t
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	v.mu.Lock()
+	defer v.mu.Unlock()
 	differs := !sameView(v.tools, tools, v.asOfLocked(), now)
 	v.tools, v.names, v.lastSync, v.lastErr = tools, names, time.Now(), nil
 	if differs {
@@ -114,45 +146,58 @@ func (v *View) sync(ctx context.Context) error {
 	return nil
 }
 
-// carryLocked adds to tools, and returns the names of, the tools of the
-// current view that Redis no longer lists. The registry never deletes a
-// tool, so Redis lost it: restarted without persistence, or flushed. Its
-// workers re-advertise at their next heartbeat; until then the view keeps
-// routing to them: a worker live in the last view stays live for one TTL
-// from when the loss was first seen, then the tool is dropped unless it was
-// advertised again. Liveness is advice for routing only: a call routed to a
-// worker that is really gone waits in its queue, bounded by its deadline.
-func (v *View) carryLocked(tools map[string]ToolInfo, now time.Time) []string {
-	prevAsOf := v.asOfLocked()
-	var names []string
-	for name, old := range v.tools {
-		if _, listed := tools[name]; listed {
-			continue
+// withExpiry returns t with each lease's expiry as the lease index has it
+// now: a worker renews its leases without bumping the version, so the
+// tools' keys the view read last hold their expiry as of then. A lease
+// already lapsed when read stays lapsed (the worker no longer holds the
+// tool, whatever its other leases); a worker the index no longer lists
+// keeps the expiry read.
+func (v *View) withExpiry(t ToolInfo, expiry map[string]time.Time) ToolInfo {
+	workers := make([]WorkerLease, len(t.Workers))
+	for i, w := range t.Workers {
+		if e, ok := expiry[w.ID]; ok && w.Expires.After(v.readAt) && e.After(w.Expires) {
+			w.Expires = e
 		}
-		until, seen := v.carried[name]
-		if !seen {
-			if !old.HasLiveWorker(prevAsOf) {
-				continue // nobody served it: nothing to keep routing to
-			}
-			until = now.Add(v.reg.cfg.TTL)
-			v.carried[name] = until
-			workers := make([]WorkerLease, 0, len(old.Workers))
-			for _, w := range old.Workers {
-				if w.Expires.After(prevAsOf) {
-					workers = append(workers, WorkerLease{ID: w.ID, Expires: until})
-				}
-			}
-			old.Workers = workers
-			v.reg.cfg.Logger.Warn("registry: a tool vanished from Redis (restarted or flushed?); routing by the last view until its workers re-advertise", "tool", name, "until", until)
-		}
-		if !now.Before(until) {
-			delete(v.carried, name)
-			continue
-		}
-		tools[name] = old
-		names = append(names, name)
+		workers[i] = w
 	}
-	return names
+	t.Workers = workers
+	return t
+}
+
+// carry records in v.carried the tools of the current view that a full
+// read (raw) no longer lists. The registry never deletes a tool, so Redis
+// lost it: restarted without persistence, or flushed. Its workers
+// re-advertise at their next heartbeat; until then the view keeps routing
+// to them: a worker live in the last view stays live for one TTL from when
+// the loss was first seen, then the tool is dropped unless it was
+// advertised again. Liveness is advice for routing only: a call routed to
+// a worker that is really gone waits in its queue, bounded by its
+// deadline.
+func (v *View) carry(raw map[string]ToolInfo, now time.Time) {
+	v.mu.RLock()
+	prev, prevAsOf := v.tools, v.asOfLocked()
+	v.mu.RUnlock()
+	for name := range raw {
+		delete(v.carried, name)
+	}
+	for name, old := range prev {
+		if _, listed := raw[name]; listed {
+			continue
+		}
+		if _, seen := v.carried[name]; seen || !old.HasLiveWorker(prevAsOf) {
+			continue // already carried, or nobody served it: nothing to keep routing to
+		}
+		until := now.Add(v.reg.cfg.TTL)
+		workers := make([]WorkerLease, 0, len(old.Workers))
+		for _, w := range old.Workers {
+			if w.Expires.After(prevAsOf) {
+				workers = append(workers, WorkerLease{ID: w.ID, Expires: until})
+			}
+		}
+		old.Workers = workers
+		v.carried[name] = old
+		v.reg.cfg.Logger.Warn("registry: a tool vanished from Redis (restarted or flushed?); routing by the last view until its workers re-advertise", "tool", name, "until", until)
+	}
 }
 
 // sameView reports whether two views offer the same tools, specs, rates

@@ -66,7 +66,7 @@ func failing(name string, rec *executions, fail func(attempt int) error) windlas
 
 // createConsumer creates the tool's shared consumer the way a worker does,
 // so the test can pull from it before (or instead of) a worker; a worker
-// started later updates it to its own settings.
+// started later keeps its settings (its creator's).
 func (b *bench) createConsumer(tool string, ackWait time.Duration) jetstream.Consumer {
 	b.t.Helper()
 	c, err := b.js.CreateOrUpdateConsumer(b.t.Context(), layout.CallsStream, jetstream.ConsumerConfig{

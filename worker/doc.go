@@ -13,6 +13,19 @@
 // pulls only as many calls as it has free slots: a call never waits in a
 // client-side buffer, where its ack timer would run out unwatched.
 //
+// The consumer's settings are decided once, by the worker that creates it:
+// a worker finds the consumer, or creates it (create only) when it is
+// missing. It never rewrites the ack wait, max ack pending or max deliver
+// of an existing consumer; for each of its own that differs it logs a
+// warning with the setting, the existing value and its own, and keeps the
+// existing one. When the consumer's ack wait is shorter than the worker's
+// Config.AckWait, the worker sends in-progress acks (and heartbeats) by the
+// consumer's, so a running call is not redelivered for it. Only the filter
+// subjects are updated on an existing consumer, when the calls stream asks
+// for others (a stream migrated from protocol 1). Config.UpdateConsumer
+// rewrites the consumer with the worker's settings, to change them on
+// purpose (the CLI's --update-consumer).
+//
 // # Execution rates
 //
 // A tool that calls a rate-limited API declares the rate ([WithRate]; it

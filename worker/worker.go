@@ -11,6 +11,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -71,6 +72,13 @@ type Config struct {
 	// Replace advertises this worker's specs even when live workers
 	// advertise different ones (a rolling upgrade).
 	Replace bool
+	// UpdateConsumer rewrites the consumers of the worker's tools with its
+	// own settings (AckWait). By default a tool's consumer keeps the
+	// settings of the worker that created it, and a worker whose settings
+	// differ logs a warning naming each and keeps the existing ones,
+	// following the consumer's ack wait when it is shorter than its own.
+	// Set it on one worker to change a tool's settings on purpose.
+	UpdateConsumer bool
 	// Replicas of the streams the worker creates when they are missing.
 	// Default 1; use 3 on a three-node cluster.
 	Replicas int
@@ -333,6 +341,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			return err
 		}
 	}
+	w.followAckWait(consumers)
 	lease, err := w.advertise(ctx, tools)
 	if err != nil {
 		return err
@@ -482,11 +491,18 @@ func (w *Worker) withdraw(ctx context.Context, lease *registry.Lease, log *slog.
 	}
 }
 
-// ensureConsumer creates or updates the tool's shared durable consumer. It
-// takes every call of the tool, on the protocol 1 subject too while the
-// calls stream has it (a migrated stream; see layout.EnsureStreams).
+// ensureConsumer creates the tool's shared durable consumer, or adopts the
+// one that exists. It takes every call of the tool, on the protocol 1
+// subject too while the calls stream has it (a migrated stream; see
+// layout.EnsureStreams).
+//
+// The consumer's settings are its first creator's: an existing consumer
+// keeps them, and a setting of this worker's that differs is logged (see
+// adoptConsumer). Only its filter subjects follow the calls stream, since
+// they decide which calls it takes at all. Config.UpdateConsumer rewrites
+// the consumer with this worker's settings instead.
 func (w *Worker) ensureConsumer(ctx context.Context, t *registered) (jetstream.Consumer, error) {
-	cfg := jetstream.ConsumerConfig{
+	want := jetstream.ConsumerConfig{
 		Durable:       layout.ConsumerName(t.spec.Name),
 		Description:   "Windlass workers of tool " + t.spec.Name,
 		FilterSubject: layout.CallsOfTool(t.spec.Name),
@@ -501,13 +517,77 @@ func (w *Worker) ensureConsumer(ctx context.Context, t *registered) (jetstream.C
 	if w.legacyQueued(ctx, t.spec.Name) {
 		// Several filters: the unfiltered create request, which the shipped
 		// permissions allow only during an upgrade.
-		cfg.FilterSubjects, cfg.FilterSubject = []string{cfg.FilterSubject, layout.LegacyCallSubject(t.spec.Name)}, ""
+		want.FilterSubjects, want.FilterSubject = []string{want.FilterSubject, layout.LegacyCallSubject(t.spec.Name)}, ""
 	}
-	c, err := w.cfg.JetStream.CreateOrUpdateConsumer(ctx, layout.CallsStream, cfg)
+	js := w.cfg.JetStream
+	if w.cfg.UpdateConsumer {
+		c, err := js.CreateOrUpdateConsumer(ctx, layout.CallsStream, want)
+		if err != nil {
+			return nil, fmt.Errorf("worker: update consumer for tool %q: %w", t.spec.Name, err)
+		}
+		return c, nil
+	}
+	c, err := js.Consumer(ctx, layout.CallsStream, want.Durable)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		if c, err = js.CreateConsumer(ctx, layout.CallsStream, want); err == nil {
+			return c, nil
+		}
+		if errors.Is(err, jetstream.ErrConsumerExists) { // another worker created it first, with other settings
+			c, err = js.Consumer(ctx, layout.CallsStream, want.Durable)
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("worker: ensure consumer for tool %q: %w", t.spec.Name, err)
 	}
+	return w.adoptConsumer(ctx, t, c, want)
+}
+
+// adoptConsumer keeps an existing consumer's settings, warning of each
+// one that differs from want (this worker's), and updates only its filter
+// subjects when the calls stream asks for others.
+func (w *Worker) adoptConsumer(ctx context.Context, t *registered, c jetstream.Consumer, want jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+	have := c.CachedInfo().Config
+	for _, d := range []struct {
+		setting       string
+		existing, own any
+	}{
+		{"ack_wait", have.AckWait, want.AckWait},
+		{"max_ack_pending", have.MaxAckPending, want.MaxAckPending},
+		{"max_deliver", have.MaxDeliver, want.MaxDeliver},
+	} {
+		if d.existing != d.own {
+			w.cfg.Logger.WarnContext(ctx, "worker: the tool's consumer keeps the settings of the worker that created it; this worker's differ (Config.UpdateConsumer rewrites them)",
+				"worker", w.cfg.ID, "tool", t.spec.Name, "consumer", want.Durable, "setting", d.setting, "existing", d.existing, "own", d.own)
+		}
+	}
+	if filters(have) == filters(want) {
+		return c, nil
+	}
+	upd := have
+	upd.FilterSubject, upd.FilterSubjects = want.FilterSubject, want.FilterSubjects
+	c, err := w.cfg.JetStream.UpdateConsumer(ctx, layout.CallsStream, upd)
+	if err != nil {
+		return nil, fmt.Errorf("worker: update the filter subjects of the consumer for tool %q: %w", t.spec.Name, err)
+	}
 	return c, nil
+}
+
+// filters is a consumer's filter subjects, as one comparable string.
+func filters(c jetstream.ConsumerConfig) string {
+	return strings.Join(append([]string{c.FilterSubject}, c.FilterSubjects...), " ")
+}
+
+// followAckWait lowers the worker's ack wait to the shortest of its
+// consumers', which may have been created by a worker with a shorter one:
+// in-progress acks, and the cadence of heartbeats, must come within the
+// ack wait the server applies. Called before the worker serves.
+func (w *Worker) followAckWait(consumers []jetstream.Consumer) {
+	for _, c := range consumers {
+		if aw := c.CachedInfo().Config.AckWait; aw > 0 && aw < w.cfg.AckWait {
+			w.cfg.AckWait = aw
+			w.cfg.Heartbeat = max(min(w.cfg.Heartbeat, aw/3), 10*time.Millisecond)
+		}
+	}
 }
 
 // legacyQueued reports whether calls of tool wait on its protocol 1

@@ -158,6 +158,20 @@ func (b *bench) consumerSettled(tool string) *jetstream.ConsumerInfo {
 	return info
 }
 
+// sleeper is a tool that runs for d (or until its context ends) and
+// counts its executions.
+func sleeper(name string, d time.Duration, runs *atomic.Int64) windlass.Tool {
+	return windlass.MustFunc(name, func(ctx context.Context, _ struct{}) (string, error) {
+		runs.Add(1)
+		select {
+		case <-time.After(d):
+			return "done", nil
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	})
+}
+
 // countingEcho is an echo tool that counts its executions.
 func countingEcho(runs *atomic.Int64, opts ...windlass.FuncOption) windlass.Tool {
 	return windlass.MustFunc("echo", func(ctx context.Context, in struct {
@@ -245,27 +259,27 @@ func TestCallsRefusedWithoutRunning(t *testing.T) {
 func TestLongCallIsKeptAlive(t *testing.T) {
 	t.Parallel()
 	b := newBench(t)
-	var runs atomic.Int64
-	slow := windlass.MustFunc("slow", func(ctx context.Context, _ struct{}) (string, error) {
-		runs.Add(1)
-		select {
-		case <-time.After(5 * time.Second): // 2.5 × the ack wait
-			return "done", nil
-		case <-ctx.Done():
-			return "", ctx.Err()
-		}
-	})
 	// An ack wait of 2 s, not the 300 ms minimum: the in-progress acks go
 	// every 667 ms, so a machine loaded by other suites cannot starve them
 	// past the ack wait (seen with 1 s under load).
-	b.start(worker.Config{AckWait: 2 * time.Second}, slow)
+	b.longCallRunsOnce(worker.Config{AckWait: 2 * time.Second}, "in-progress acks did not keep the call")
+}
+
+// longCallRunsOnce starts a worker with cfg serving "slow" (5 s a call,
+// 2.5 times an ack wait of 2 s), makes one call, and fails the test unless
+// it was answered on its first delivery, ran once and was never
+// redelivered; why says what failed if it was.
+func (b *bench) longCallRunsOnce(cfg worker.Config, why string) {
+	b.t.Helper()
+	var runs atomic.Int64
+	b.start(cfg, sleeper("slow", 5*time.Second, &runs))
 	b.publish(windlass.ToolCall{ID: "long", Name: "slow"})
 	r := b.result(20 * time.Second)
 	if r.IsError || r.Attempt != 1 {
-		t.Fatalf("result = %+v", r)
+		b.t.Fatalf("result = %+v", r)
 	}
 	if info := b.consumerSettled("slow"); info.NumRedelivered != 0 || runs.Load() != 1 {
-		t.Errorf("redelivered %d, ran %d times: in-progress acks did not keep the call", info.NumRedelivered, runs.Load())
+		b.t.Errorf("redelivered %d, ran %d times: %s", info.NumRedelivered, runs.Load(), why)
 	}
 }
 

@@ -25,6 +25,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	grace := durationFlag(fs, "shutdown-grace", worker.DefaultShutdownGrace, "time running calls may finish on SIGTERM")
 	replicas := intFlag(fs, "replicas", 1, "replicas of the streams when this worker creates them")
 	replace := boolFlag(fs, "replace", false, "replace differing specs in the registry (rolling upgrade)")
+	updateConsumer := boolFlag(fs, "update-consumer", false, "rewrite the tools' consumers with this worker's settings (--ack-wait); by default a consumer keeps its creator's")
 	releaseKeys := stringFlag(fs, "release-public-keys", "", "comma-separated approval-service public keys, ed25519:<base64>; without them gated tools refuse every call")
 	healthListen := healthFlag(fs)
 	metricsListen := metricsFlag(fs)
@@ -63,7 +64,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	defer stopTelemetry()
 	wcfg := worker.Config{JetStream: js, Registry: reg, ID: *id, MaxConcurrency: *concurrency,
-		AckWait: *ackWait, ShutdownGrace: *grace, Replicas: *replicas, Replace: *replace, Logger: log,
+		AckWait: *ackWait, ShutdownGrace: *grace, Replicas: *replicas, Replace: *replace, UpdateConsumer: *updateConsumer, Logger: log,
 		Releases: verifier, InlineLimit: int64(*inline), PayloadLimit: int64(*payloadLimit)}
 	w, err := worker.New(wcfg)
 	if err != nil {
