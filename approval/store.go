@@ -100,6 +100,11 @@ func (s *store) callKey(id string) string   { return s.prefix + "call:" + id }
 func (s *store) statusKey(st Status) string { return s.prefix + "status:" + string(st) }
 func (s *store) pendingKey() string         { return s.prefix + "pending" }
 func (s *store) auditKey() string           { return s.prefix + "audit" }
+func (s *store) webhooksKey() string        { return s.prefix + "webhooks" }
+func (s *store) unreleasedKey() string      { return s.prefix + "unreleased" }
+
+// rateKey is a reviewer's decision rate; redis_rate puts "rate:" before it.
+func (s *store) rateKey(reviewer string) string { return s.prefix + "reviewer:" + reviewer }
 func (s *store) statusKeys() (keys [4]string) { // pending, approved, rejected, expired
 	for i, st := range []Status{StatusPending, StatusApproved, StatusRejected, StatusExpired} {
 		keys[i] = s.statusKey(st)
@@ -120,8 +125,10 @@ redis.call('XADD', KEYS[4], '*', 'event', 'requested', 'call_id', ARGV[1], 'acto
 return 1
 `)
 
-// decideScript applies one reviewer's decision atomically.
-// KEYS: call, pending, status:pending, status:approved, status:rejected, audit.
+// decideScript applies one reviewer's decision atomically. A decided call
+// enters its status set scored by the decision's time (for the retention);
+// an approved one also enters the unreleased set.
+// KEYS: call, pending, status:pending, status:approved, status:rejected, audit, unreleased.
 // ARGV: id, action, reviewer, now_ms, seen_hash, edited_args, edited_hash, reason.
 var decideScript = redis.NewScript(`
 local st = redis.call('HGET', KEYS[1], 'status')
@@ -129,12 +136,11 @@ if not st then return {'missing'} end
 if st ~= 'pending' then return {'decided', st} end
 local id, action, reviewer, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 if tonumber(redis.call('HGET', KEYS[1], 'expires_ms')) <= tonumber(now) then return {'lapsed'} end
-local requested = redis.call('HGET', KEYS[1], 'requested_ms')
 if action == 'reject' then
   redis.call('HSET', KEYS[1], 'status', 'rejected', 'rejected_by', reviewer, 'reason', ARGV[8], 'decided_ms', now)
   redis.call('ZREM', KEYS[2], id)
   redis.call('ZREM', KEYS[3], id)
-  redis.call('ZADD', KEYS[5], requested, id)
+  redis.call('ZADD', KEYS[5], now, id)
   redis.call('XADD', KEYS[6], '*', 'event', 'rejected', 'call_id', id, 'actor', reviewer, 'reason', ARGV[8])
   return {'rejected'}
 end
@@ -162,7 +168,8 @@ end
 redis.call('HSET', KEYS[1], 'status', 'approved', 'decided_ms', now)
 redis.call('ZREM', KEYS[2], id)
 redis.call('ZREM', KEYS[3], id)
-redis.call('ZADD', KEYS[4], requested, id)
+redis.call('ZADD', KEYS[4], now, id)
+redis.call('ZADD', KEYS[7], now, id)
 redis.call('XADD', KEYS[6], '*', 'event', 'approved', 'call_id', id, 'actor', reviewer)
 return {'approved'}
 `)
@@ -178,7 +185,7 @@ if tonumber(redis.call('HGET', KEYS[1], 'expires_ms')) > tonumber(ARGV[2]) then 
 redis.call('HSET', KEYS[1], 'status', 'expired', 'decided_ms', ARGV[2])
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
-redis.call('ZADD', KEYS[4], redis.call('HGET', KEYS[1], 'requested_ms'), ARGV[1])
+redis.call('ZADD', KEYS[4], ARGV[2], ARGV[1])
 redis.call('XADD', KEYS[5], '*', 'event', 'expired', 'call_id', ARGV[1], 'actor', 'system')
 return 1
 `)
@@ -195,14 +202,16 @@ if st ~= 'pending' then return st end
 redis.call('HSET', KEYS[1], 'status', 'canceled', 'reason', ARGV[3], 'decided_ms', ARGV[2])
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
-redis.call('ZADD', KEYS[4], redis.call('HGET', KEYS[1], 'requested_ms'), ARGV[1])
+redis.call('ZADD', KEYS[4], ARGV[2], ARGV[1])
 redis.call('XADD', KEYS[5], '*', 'event', 'canceled', 'call_id', ARGV[1], 'actor', 'caller', 'reason', ARGV[3])
 return 'canceled'
 `)
 
-// releasedScript marks an approved call released, once.
-// KEYS: call, audit. ARGV: id.
+// releasedScript marks an approved call released, once, and takes it out
+// of the unreleased set.
+// KEYS: call, audit, unreleased. ARGV: id.
 var releasedScript = redis.NewScript(`
+redis.call('ZREM', KEYS[3], ARGV[1])
 if redis.call('HGET', KEYS[1], 'released') == '1' then return 0 end
 redis.call('HSET', KEYS[1], 'released', '1')
 redis.call('XADD', KEYS[2], '*', 'event', 'released', 'call_id', ARGV[1], 'actor', 'system')
@@ -257,7 +266,7 @@ func (s *store) decide(ctx context.Context, id string, d decision, now time.Time
 		action = "approve"
 	}
 	res, err := decideScript.Run(ctx, s.rc,
-		[]string{s.callKey(id), s.pendingKey(), k[0], k[1], k[2], s.auditKey()},
+		[]string{s.callKey(id), s.pendingKey(), k[0], k[1], k[2], s.auditKey(), s.unreleasedKey()},
 		id, action, d.reviewer, now.UnixMilli(), d.seenHash, string(d.editedArgs), d.editedHash, d.reason).StringSlice()
 	if err != nil {
 		return nil, fmt.Errorf("approval: decide %q: %w", id, err)
@@ -300,10 +309,89 @@ func (s *store) cancel(ctx context.Context, id, reason string, now time.Time) (b
 }
 
 func (s *store) markReleased(ctx context.Context, id string) error {
-	if err := releasedScript.Run(ctx, s.rc, []string{s.callKey(id), s.auditKey()}, id).Err(); err != nil {
+	if err := releasedScript.Run(ctx, s.rc, []string{s.callKey(id), s.auditKey(), s.unreleasedKey()}, id).Err(); err != nil {
 		return fmt.Errorf("approval: mark %q released: %w", id, err)
 	}
 	return nil
+}
+
+// unreleased returns up to count approved calls not released yet, the
+// longest waiting first: the release sweep's work, read from an index
+// (the unreleased set), never from the history of approved calls. An id
+// whose call is gone (past the retention) leaves the index.
+func (s *store) unreleased(ctx context.Context, count int64) ([]*HeldCall, error) {
+	ids, err := s.rc.ZRange(ctx, s.unreleasedKey(), 0, count-1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("approval: unreleased calls: %w", err)
+	}
+	out := make([]*HeldCall, 0, len(ids))
+	for _, id := range ids {
+		h, err := s.get(ctx, id)
+		switch {
+		case errors.Is(err, errNotFound):
+			s.rc.ZRem(ctx, s.unreleasedKey(), id)
+		case err != nil:
+			return out, err
+		case h.Released: // released by a replica since the read above
+		default:
+			out = append(out, h)
+		}
+	}
+	return out, nil
+}
+
+// decidedStatuses are the states a call ends in.
+var decidedStatuses = []Status{StatusApproved, StatusRejected, StatusExpired, StatusCanceled}
+
+// trimBatch bounds the calls one retention pass deletes per status.
+const trimBatch = 500
+
+// trim deletes what is past the retention: the calls decided before
+// cutoff (their hashes and their entries in the status sets, a batch per
+// status and pass) and the audit and webhook log entries written before
+// it. It returns how many calls it deleted.
+func (s *store) trim(ctx context.Context, cutoff time.Time) (int, error) {
+	ms := strconv.FormatInt(cutoff.UnixMilli(), 10)
+	deleted := 0
+	var errs []error
+	for _, st := range decidedStatuses {
+		ids, err := s.rc.ZRangeByScore(ctx, s.statusKey(st), &redis.ZRangeBy{Min: "-inf", Max: "(" + ms, Count: trimBatch}).Result()
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if len(ids) == 0 {
+			continue
+		}
+		// One key a command: in a Redis Cluster the calls are on many slots.
+		pipe := s.rc.Pipeline()
+		for _, id := range ids {
+			pipe.Unlink(ctx, s.callKey(id))
+		}
+		pipe.ZRem(ctx, s.statusKey(st), toAny(ids)...)
+		if _, err := pipe.Exec(ctx); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		deleted += len(ids)
+	}
+	for _, key := range []string{s.auditKey(), s.webhooksKey()} {
+		if err := s.rc.XTrimMinID(ctx, key, ms).Err(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return deleted, fmt.Errorf("approval: retention: %w", err)
+	}
+	return deleted, nil
+}
+
+func toAny(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
 }
 
 // errNotFound is returned by get for an id never held.
@@ -401,10 +489,15 @@ func (s *store) list(ctx context.Context, st Status, offset, limit int64) ([]*He
 	return out, nil
 }
 
-// AuditEvent is one entry of the append-only audit log.
+// AuditEvent is one entry of the append-only audit log, as the API and
+// windlass approvals audit print it.
 type AuditEvent struct {
-	// ID is the Redis stream entry id (time-ordered).
+	// ID is the Redis stream entry id (time-ordered): the cursor of
+	// GET /v1/audit?after=.
 	ID string `json:"id"`
+	// Time is when the entry was written (from its id, to the
+	// millisecond).
+	Time time.Time `json:"time"`
 	// Event is requested, approval, edited, approved, rejected, expired,
 	// canceled or released.
 	Event string `json:"event"`
@@ -417,9 +510,17 @@ type AuditEvent struct {
 	Fields map[string]string `json:"fields,omitempty"`
 }
 
-// audit reads the audit log from the start, up to count entries.
-func (s *store) audit(ctx context.Context, count int64) ([]AuditEvent, error) {
-	msgs, err := s.rc.XRangeN(ctx, s.auditKey(), "-", "+", count).Result()
+// audit reads up to count entries of the audit log: from the start, from
+// since (when not zero), or after the entry after (when not empty).
+func (s *store) audit(ctx context.Context, since time.Time, after string, count int64) ([]AuditEvent, error) {
+	start := "-"
+	switch {
+	case after != "":
+		start = "(" + after
+	case !since.IsZero():
+		start = strconv.FormatInt(since.UnixMilli(), 10)
+	}
+	msgs, err := s.rc.XRangeN(ctx, s.auditKey(), start, "+", count).Result()
 	if err != nil {
 		return nil, fmt.Errorf("approval: audit: %w", err)
 	}
@@ -431,7 +532,7 @@ func (s *store) audit(ctx context.Context, count int64) ([]AuditEvent, error) {
 }
 
 func auditEvent(m redis.XMessage) AuditEvent {
-	ev := AuditEvent{ID: m.ID, Fields: map[string]string{}}
+	ev := AuditEvent{ID: m.ID, Time: auditTime(m.ID), Fields: map[string]string{}}
 	for k, v := range m.Values {
 		sv, _ := v.(string)
 		switch k {
