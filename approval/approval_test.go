@@ -227,7 +227,7 @@ func TestUndecodableHeldCall(t *testing.T) {
 	f := newFleet(t, nil)
 	id := f.submit(payArgs{To: "bob", Amount: 2})
 	h := f.held(id)
-	if err := f.cfg.Redis.HSet(t.Context(), approval.DefaultPrefix+"call:"+id, "call", "{not json").Err(); err != nil {
+	if err := f.cfg.Redis.HSet(t.Context(), approval.DefaultPrefix+"call:{"+id+"}", "call", "{not json").Err(); err != nil {
 		t.Fatal(err)
 	}
 	code, body := f.do("GET", "/v1/approvals?status=pending", "alice", nil)

@@ -190,7 +190,7 @@ func (s *Service) Approve(ctx context.Context, id, reviewer, argsHash string, ed
 		if err := s.fits(h, canon); err != nil {
 			return nil, err
 		}
-		d.editedArgs = canon
+		d.editedArgs, d.original = canon, h.Arguments
 		d.editedHash, _ = release.ArgumentsHash(canon)
 	}
 	return s.decide(ctx, id, d)

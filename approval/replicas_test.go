@@ -156,7 +156,7 @@ func (f *fleet) startReplicas(n int, receivers ...*receiver) []*replica {
 // auditDrained reports whether every consumer group on the audit stream
 // has read every entry and has none pending.
 func auditDrained(ctx context.Context, rc redis.UniversalClient) bool {
-	groups, err := rc.XInfoGroups(ctx, approval.DefaultPrefix+"audit").Result()
+	groups, err := rc.XInfoGroups(ctx, approval.DefaultPrefix+"{index}:audit").Result()
 	if err != nil || len(groups) == 0 {
 		return false
 	}
@@ -369,7 +369,7 @@ func TestRetentionRemovesDecidedCalls(t *testing.T) {
 	if h, err := f.svc.Get(t.Context(), pending); err != nil || h.Status != approval.StatusPending {
 		t.Errorf("the pending call: %+v, %v; want it kept, pending", h, err)
 	}
-	n, err := f.cfg.Redis.XLen(t.Context(), approval.DefaultPrefix+"audit").Result()
+	n, err := f.cfg.Redis.XLen(t.Context(), approval.DefaultPrefix+"{index}:audit").Result()
 	if err != nil || n > 1 {
 		t.Errorf("audit stream length %d (%v), want at most the pending call's entry", n, err)
 	}

@@ -204,7 +204,7 @@ func New(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("approval: jetstream: %w", err)
 	}
-	return &Service{cfg: cfg, store: &store{rc: cfg.Redis, prefix: cfg.Prefix}, js: js, auth: auth,
+	return &Service{cfg: cfg, store: &store{rc: cfg.Redis, prefix: cfg.Prefix, retention: cfg.Retention}, js: js, auth: auth,
 		tracer: telemetry.NewTracer(cfg.TracerProvider), metrics: telemetry.NewApprovalMetrics(cfg.MeterProvider),
 		rates: redis_rate.NewLimiter(cfg.Redis)}, nil
 }

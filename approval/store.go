@@ -90,18 +90,27 @@ type HeldCall struct {
 	traceparent string // the call's W3C trace context, when it came with one
 }
 
-// store is the approval service's Redis layout (see the package doc).
+// store is the approval service's Redis layout (see the package doc,
+// "Redis layout"): a held call's state, the indexes and the audit log in
+// one hash slot ({index}), so that every transition is one script; the
+// call's bulk (the call message, its arguments) in a key of its own, tagged
+// by the call id, so that the bulk shards across a Redis Cluster.
 type store struct {
-	rc     redis.UniversalClient
-	prefix string
+	rc        redis.UniversalClient
+	prefix    string
+	retention time.Duration // how long a call's bulk outlives its window
 }
 
-func (s *store) callKey(id string) string   { return s.prefix + "call:" + id }
-func (s *store) statusKey(st Status) string { return s.prefix + "status:" + string(st) }
-func (s *store) pendingKey() string         { return s.prefix + "pending" }
-func (s *store) auditKey() string           { return s.prefix + "audit" }
+// index is the hash tag of the state and the indexes.
+const index = "{index}:"
+
+func (s *store) callKey(id string) string   { return s.prefix + index + "call:" + id }
+func (s *store) bodyKey(id string) string   { return s.prefix + "call:{" + id + "}" }
+func (s *store) statusKey(st Status) string { return s.prefix + index + "status:" + string(st) }
+func (s *store) pendingKey() string         { return s.prefix + index + "pending" }
+func (s *store) auditKey() string           { return s.prefix + index + "audit" }
+func (s *store) unreleasedKey() string      { return s.prefix + index + "unreleased" }
 func (s *store) webhooksKey() string        { return s.prefix + "webhooks" }
-func (s *store) unreleasedKey() string      { return s.prefix + "unreleased" }
 
 // rateKey is a reviewer's decision rate; redis_rate puts "rate:" before it.
 func (s *store) rateKey(reviewer string) string { return s.prefix + "reviewer:" + reviewer }
@@ -129,7 +138,8 @@ return 1
 // enters its status set scored by the decision's time (for the retention);
 // an approved one also enters the unreleased set.
 // KEYS: call, pending, status:pending, status:approved, status:rejected, audit, unreleased.
-// ARGV: id, action, reviewer, now_ms, seen_hash, edited_args, edited_hash, reason.
+// ARGV: id, action, reviewer, now_ms, seen_hash, edited_args, edited_hash, reason,
+// the caller's arguments (for an edit's audit entry: the bulk is on another slot).
 var decideScript = redis.NewScript(`
 local st = redis.call('HGET', KEYS[1], 'status')
 if not st then return {'missing'} end
@@ -149,7 +159,7 @@ if redis.call('HGET', KEYS[1], 'forbid_self') == '1' and redis.call('HGET', KEYS
 local approvers = redis.call('HGET', KEYS[1], 'approvers') or ''
 if ARGV[6] ~= '' then
   -- An edit restarts the approvals: earlier ones were for other arguments.
-  local original = redis.call('HGET', KEYS[1], 'approved_args') or redis.call('HGET', KEYS[1], 'args')
+  local original = redis.call('HGET', KEYS[1], 'approved_args') or ARGV[9]
   redis.call('HSET', KEYS[1], 'approved_args', ARGV[6], 'args_hash', ARGV[7])
   redis.call('XADD', KEYS[6], '*', 'event', 'edited', 'call_id', id, 'actor', reviewer, 'before', original, 'after', ARGV[6])
   approvers = ''
@@ -219,21 +229,31 @@ return 1
 `)
 
 // hold persists a new held call; it reports false for one already held.
+// The bulk is written first, on its own slot, with an expiry (the window
+// and the retention after it) so that a crash before the state is written
+// leaves nothing for good; the redelivered call writes it again.
 func (s *store) hold(ctx context.Context, h *HeldCall) (bool, error) {
 	callJSON, err := json.Marshal(*h.call)
 	if err != nil {
 		return false, err
 	}
 	meta, _ := json.Marshal(h.Metadata)
-	args := []any{h.ID, h.RequestedAt.UnixMilli(), h.ExpiresAt.UnixMilli(),
-		"call", string(callJSON), "args", string(h.Arguments), "args_hash", h.ArgsHash, "tool", h.Tool,
-		"spec_hash", h.SpecHash, "requester", h.Requester, "metadata", string(meta), "origin", h.origin,
-		"requested_ms", h.RequestedAt.UnixMilli(), "expires_ms", h.ExpiresAt.UnixMilli(),
-		"required", h.RequiredApprovals, "forbid_self", boolField(h.forbidSelf), "released", "0", "traceparent", h.traceparent}
+	body := []any{"call", string(callJSON), "args", string(h.Arguments), "metadata", string(meta)}
 	if h.ArgumentsRef != nil {
 		ref, _ := json.Marshal(h.ArgumentsRef)
-		args = append(args, "args_ref", string(ref), "args_preview", h.ArgumentsPreview)
+		body = append(body, "args_ref", string(ref), "args_preview", h.ArgumentsPreview)
 	}
+	pipe := s.rc.TxPipeline() // one key: one slot
+	pipe.HSet(ctx, s.bodyKey(h.ID), body...)
+	pipe.PExpireAt(ctx, s.bodyKey(h.ID), h.ExpiresAt.Add(s.retention))
+	if _, err := pipe.Exec(ctx); err != nil {
+		return false, fmt.Errorf("approval: hold %q: %w", h.ID, err)
+	}
+	args := []any{h.ID, h.RequestedAt.UnixMilli(), h.ExpiresAt.UnixMilli(),
+		"args_hash", h.ArgsHash, "tool", h.Tool,
+		"spec_hash", h.SpecHash, "requester", h.Requester, "origin", h.origin,
+		"requested_ms", h.RequestedAt.UnixMilli(), "expires_ms", h.ExpiresAt.UnixMilli(),
+		"required", h.RequiredApprovals, "forbid_self", boolField(h.forbidSelf), "released", "0", "traceparent", h.traceparent}
 	n, err := holdScript.Run(ctx, s.rc, []string{s.callKey(h.ID), s.pendingKey(), s.statusKey(StatusPending), s.auditKey()}, args...).Int()
 	if err != nil {
 		return false, fmt.Errorf("approval: hold %q: %w", h.ID, err)
@@ -256,6 +276,7 @@ type decision struct {
 	editedArgs json.RawMessage
 	editedHash string
 	reason     string
+	original   json.RawMessage // the caller's arguments, with an edit
 }
 
 // decide applies d and returns the script's verdict.
@@ -267,7 +288,7 @@ func (s *store) decide(ctx context.Context, id string, d decision, now time.Time
 	}
 	res, err := decideScript.Run(ctx, s.rc,
 		[]string{s.callKey(id), s.pendingKey(), k[0], k[1], k[2], s.auditKey(), s.unreleasedKey()},
-		id, action, d.reviewer, now.UnixMilli(), d.seenHash, string(d.editedArgs), d.editedHash, d.reason).StringSlice()
+		id, action, d.reviewer, now.UnixMilli(), d.seenHash, string(d.editedArgs), d.editedHash, d.reason, string(d.original)).StringSlice()
 	if err != nil {
 		return nil, fmt.Errorf("approval: decide %q: %w", id, err)
 	}
@@ -367,6 +388,7 @@ func (s *store) trim(ctx context.Context, cutoff time.Time) (int, error) {
 		pipe := s.rc.Pipeline()
 		for _, id := range ids {
 			pipe.Unlink(ctx, s.callKey(id))
+			pipe.Unlink(ctx, s.bodyKey(id))
 		}
 		pipe.ZRem(ctx, s.statusKey(st), toAny(ids)...)
 		if _, err := pipe.Exec(ctx); err != nil {
@@ -399,7 +421,8 @@ var errNotFound = errors.New("approval: no such held call")
 
 // get reads one held call.
 func (s *store) get(ctx context.Context, id string) (*HeldCall, error) {
-	m, err := s.rc.HGetAll(ctx, s.callKey(id)).Result()
+	read := s.read(ctx, []string{id})
+	m, err := read(0)
 	if err != nil {
 		return nil, fmt.Errorf("approval: get %q: %w", id, err)
 	}
@@ -407,6 +430,36 @@ func (s *store) get(ctx context.Context, id string) (*HeldCall, error) {
 		return nil, fmt.Errorf("%w: %q", errNotFound, id)
 	}
 	return decodeHeld(id, m)
+}
+
+// read fetches the calls ids, state and bulk, in one pipeline (over
+// several slots in a Redis Cluster); the function it returns gives the
+// fields of the i-th call, none for a call not held.
+func (s *store) read(ctx context.Context, ids []string) func(i int) (map[string]string, error) {
+	pipe := s.rc.Pipeline()
+	state := make([]*redis.MapStringStringCmd, len(ids))
+	body := make([]*redis.MapStringStringCmd, len(ids))
+	for i, id := range ids {
+		state[i] = pipe.HGetAll(ctx, s.callKey(id))
+		body[i] = pipe.HGetAll(ctx, s.bodyKey(id))
+	}
+	if len(ids) > 0 {
+		_, _ = pipe.Exec(ctx) // each command's error is its own
+	}
+	return func(i int) (map[string]string, error) {
+		m, err := state[i].Result()
+		if err != nil || len(m) == 0 {
+			return nil, err
+		}
+		b, err := body[i].Result()
+		if err != nil {
+			return nil, err
+		}
+		for k, v := range b {
+			m[k] = v
+		}
+		return m, nil
+	}
 }
 
 func decodeHeld(id string, m map[string]string) (*HeldCall, error) {
@@ -466,19 +519,14 @@ func (s *store) list(ctx context.Context, st Status, offset, limit int64) ([]*He
 	if err != nil {
 		return nil, fmt.Errorf("approval: list %s: %w", st, err)
 	}
-	pipe := s.rc.Pipeline()
-	cmds := make([]*redis.MapStringStringCmd, len(ids))
-	for i, id := range ids {
-		cmds[i] = pipe.HGetAll(ctx, s.callKey(id))
-	}
-	if len(ids) > 0 {
-		if _, err := pipe.Exec(ctx); err != nil {
-			return nil, fmt.Errorf("approval: list %s: %w", st, err)
-		}
-	}
+	read := s.read(ctx, ids)
 	out := make([]*HeldCall, 0, len(ids))
 	for i, id := range ids {
-		if m := cmds[i].Val(); len(m) > 0 {
+		m, err := read(i)
+		if err != nil {
+			return nil, fmt.Errorf("approval: list %s: %w", st, err)
+		}
+		if len(m) > 0 {
 			h, err := decodeHeld(id, m)
 			if err != nil {
 				return nil, err
