@@ -292,14 +292,13 @@ func TestSlowEndpointHoldsBackNoOther(t *testing.T) {
 	f := newFleet(t, nil)
 	slow := newReceiver(t, func(string) bool { return true })
 	fast := newReceiver(t, nil)
-	replicas := f.startReplicas(1, slow, fast)
+	f.startReplicas(1, slow, fast)
 	for i := range 3 {
 		f.submit(payArgs{To: fmt.Sprintf("p%d", i), Amount: 1})
 	}
 	fleettest.WaitFor(t, 10*time.Second, "the fast endpoint gets all three approval.requested", func() bool {
 		return len(fast.counts()) == 3
 	})
-	_ = replicas
 }
 
 // TestDecisionRateIsSharedByReplicas: a reviewer's decisions are limited
