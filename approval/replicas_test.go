@@ -22,14 +22,16 @@ import (
 
 // receiver is a dashboard's webhook endpoint: it verifies every request's
 // signature and counts, per webhook-id, the deliveries it answered 2xx.
-// A request that block matches waits until its client gives up or the test
-// ends, and is reported on inFlight (with the replica that sent it) first.
+// A request that block matches is reported on inFlight (with the replica
+// that sent it), then waits: until release is closed (then it is answered
+// as any other), or until its client gives up or the test ends (503).
 type receiver struct {
 	t        *testing.T
 	srv      *httptest.Server
 	secret   webhook.Secret
 	block    func(typ string) bool // nil: answer every request
 	inFlight chan string           // the X-Replica of a blocked request
+	release  chan struct{}         // closed: blocked requests go on
 	done     chan struct{}
 
 	mu        sync.Mutex
@@ -38,7 +40,7 @@ type receiver struct {
 }
 
 func newReceiver(t *testing.T, block func(typ string) bool) *receiver {
-	r := &receiver{t: t, secret: webhook.NewSecret(), block: block, inFlight: make(chan string, 100), done: make(chan struct{}),
+	r := &receiver{t: t, secret: webhook.NewSecret(), block: block, inFlight: make(chan string, 100), release: make(chan struct{}), done: make(chan struct{}),
 		delivered: map[string]int{}, types: map[string]string{}}
 	r.srv = httptest.NewServer(http.HandlerFunc(r.serve))
 	t.Cleanup(func() { close(r.done); r.srv.Close() })
@@ -59,11 +61,14 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 	if r.block != nil && r.block(p.Type) {
 		r.inFlight <- req.Header.Get("X-Replica")
 		select {
+		case <-r.release:
 		case <-req.Context().Done():
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
 		case <-r.done:
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
 		}
-		w.WriteHeader(http.StatusServiceUnavailable)
-		return
 	}
 	id := req.Header.Get(webhook.HeaderID)
 	r.mu.Lock()
@@ -371,5 +376,54 @@ func TestRetentionRemovesDecidedCalls(t *testing.T) {
 	n, err := f.cfg.Redis.XLen(t.Context(), approval.DefaultPrefix+"{index}:audit").Result()
 	if err != nil || n > 1 {
 		t.Errorf("audit stream length %d (%v), want at most the pending call's entry", n, err)
+	}
+}
+
+// TestSlowDeliveryIsNotTakenOver: a live replica whose delivery takes
+// three times ClaimAfter keeps its event (it renews its claim), so no other
+// replica delivers it too; once the receiver answers, every event has been
+// delivered once.
+func TestSlowDeliveryIsNotTakenOver(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, nil)
+	var blocked sync.Once
+	rcv := newReceiver(t, func(typ string) bool {
+		first := false
+		blocked.Do(func() { first = true })
+		return first
+	})
+	replicas := f.startReplicas(2, rcv)
+	f.submit(payArgs{To: "slow", Amount: 1})
+	var holder string
+	select {
+	case holder = <-rcv.inFlight:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no delivery of the first event")
+	}
+	// For three claim timeouts, the entry stays with the replica
+	// delivering it.
+	key, rc := approval.DefaultPrefix+"{index}:audit", replicas[0].rc
+	until := time.Now().Add(3 * time.Second)
+	for time.Now().Before(until) {
+		groups, err := rc.XInfoGroups(t.Context(), key).Result()
+		if err != nil || len(groups) != 1 {
+			t.Fatalf("groups %v, %v", groups, err)
+		}
+		pending, err := rc.XPendingExt(t.Context(), &redis.XPendingExtArgs{Stream: key, Group: groups[0].Name, Start: "-", End: "+", Count: 10}).Result()
+		if err != nil || len(pending) != 1 || pending[0].Consumer != holder {
+			t.Fatalf("pending %+v (%v), want the one entry with %s, which is delivering it", pending, err, holder)
+		}
+		time.Sleep(100 * time.Millisecond) // polling an invariant over a span, not waiting for an event
+	}
+	close(rcv.release)
+	f.decideAll(replicas, 2)
+	const events = 5 // the slow call's requested, two calls' two each
+	fleettest.WaitFor(t, 20*time.Second, "every event delivered and acknowledged", func() bool {
+		return len(rcv.counts()) >= events && auditDrained(t.Context(), rc)
+	})
+	for id, c := range rcv.counts() {
+		if c != 1 {
+			t.Errorf("webhook %s (%s) delivered %d times", id, rcv.types[id], c)
+		}
 	}
 }
