@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -80,6 +81,19 @@ func TestCLIQuickStart(t *testing.T) {
 		r := cliRun(t, bin, env, "call", "echo", "@"+file)
 		if r.code != 0 || r.stdout != text+"\n" {
 			t.Fatalf("windlass call echo @%s: exit %d, %d bytes out (%.200s); want the %d-byte text back", file, r.code, len(r.stdout), r.stderr, len(text))
+		}
+	})
+
+	// A second dev on the same discovery file is refused before it starts
+	// anything, naming the first; the first keeps its file and its fleet.
+	t.Run("SecondDevIsRefused", func(t *testing.T) {
+		r := cliRun(t, bin, env, "dev")
+		if r.code != 1 || !strings.Contains(r.stderr, "another `windlass dev`") || !strings.Contains(r.stderr, strconv.Itoa(dev.cmd.Process.Pid)) {
+			t.Errorf("second windlass dev: %s; want exit 1 naming the running dev (pid %d)", r, dev.cmd.Process.Pid)
+		}
+		b, err := os.ReadFile(devFile)
+		if err != nil || !strings.Contains(string(b), fmt.Sprintf(`"pid": %d`, dev.cmd.Process.Pid)) {
+			t.Errorf("discovery file after the second dev: %s (%v); want the first dev's", b, err)
 		}
 	})
 
@@ -311,6 +325,25 @@ func TestCLIQuickStart(t *testing.T) {
 	}
 	if out := dev.stdout.String(); !strings.Contains(out, "Stopping.") {
 		t.Errorf("dev's stdout lacks \"Stopping.\":\n%s", out)
+	}
+
+	// With no running dev and no URLs a client says so and stops, rather
+	// than try the standard ports (where this machine has servers of its
+	// own): first with no discovery file, then with one whose dev is gone.
+	for _, stale := range []bool{false, true} {
+		if stale {
+			if err := os.WriteFile(devFile, b, 0o600); err != nil { // the file dev wrote, naming its pid
+				t.Fatal(err)
+			}
+		}
+		r := cliRun(t, bin, env, "call", "add", `{"a":1,"b":2}`)
+		want := "no `windlass dev` is running"
+		if stale {
+			want = fmt.Sprintf("names process %d, which has exited", dev.cmd.Process.Pid)
+		}
+		if r.code != 2 || !strings.Contains(r.stderr, want) || !strings.Contains(r.stderr, "--nats-url") {
+			t.Errorf("windlass call with no running dev (stale file: %v): %s; want exit 2 saying %q and naming --nats-url", stale, r, want)
+		}
 	}
 }
 

@@ -33,12 +33,11 @@ func runApprovals(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return &exitError{code: 2, err: errors.New("approvals needs list, approve ID, reject ID or audit")}
 	}
 	if *apiURL == "" || *token == "" {
-		if dev, err := readDiscovery(); err == nil {
-			*apiURL, *token = cmp.Or(*apiURL, dev.ApprovalURL), cmp.Or(*token, dev.ReviewerToken)
+		dev, err := readDiscovery()
+		if err != nil {
+			return &exitError{code: 2, err: fmt.Errorf("approvals needs --approval-url and --token, or a running `windlass dev`, and %w", err)}
 		}
-	}
-	if *apiURL == "" || *token == "" {
-		return &exitError{code: 2, err: errors.New("approvals needs --approval-url and --token (or a running 'windlass dev')")}
+		*apiURL, *token = cmp.Or(*apiURL, dev.ApprovalURL), cmp.Or(*token, dev.ReviewerToken)
 	}
 	cl := &apiClient{base: strings.TrimSuffix(*apiURL, "/"), token: *token}
 	switch pos[0] {

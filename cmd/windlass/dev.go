@@ -87,6 +87,9 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := refuseIgnored(fs, devIgnores); err != nil {
 		return err
 	}
+	if err := checkNoDev(); err != nil {
+		return err
+	}
 	log, err := c.logger(stderr)
 	if err != nil {
 		return err
@@ -219,8 +222,11 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return fmt.Errorf("self-check: %w", err)
 	}
-	remove, err := writeDiscovery(discovery{NATSURL: natsURL, RedisURL: redisURL, ApprovalURL: approvalURL, APIURL: apiURL, ReviewerToken: devToken, PID: os.Getpid()})
+	remove, err := claimDiscovery(discovery{NATSURL: natsURL, RedisURL: redisURL, ApprovalURL: approvalURL, APIURL: apiURL, ReviewerToken: devToken, PID: os.Getpid()})
 	if err != nil {
+		if _, running := errors.AsType[*devRunningError](err); running {
+			return err
+		}
 		return fmt.Errorf("write %s: %w", discoveryPath(), err)
 	}
 	defer remove()

@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"log/slog"
 	"math"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -228,8 +226,8 @@ type common struct {
 
 func commonFlags(fs *flag.FlagSet) *common {
 	return &common{
-		natsURL:  stringFlag(fs, "nats-url", "", "NATS server URL (default: the running 'windlass dev', else nats://127.0.0.1:4222)"),
-		redisURL: stringFlag(fs, "redis-url", "", "Redis URL (default: the running 'windlass dev', else redis://127.0.0.1:6379/0)"),
+		natsURL:  stringFlag(fs, "nats-url", "", "NATS server URL (default: the running 'windlass dev')"),
+		redisURL: stringFlag(fs, "redis-url", "", "Redis URL (default: the running 'windlass dev')"),
 		prefix:   stringFlag(fs, "redis-prefix", registry.DefaultPrefix, "prefix of the registry's Redis keys"),
 		inboxPrefix: stringFlag(fs, "nats-inbox-prefix", nats.InboxPrefix[:len(nats.InboxPrefix)-1],
 			"prefix of this process's NATS reply subjects; with per-role NATS users, the one the user may subscribe to (deploy/nats: _INBOX_<user>)"),
@@ -257,21 +255,39 @@ func (c *common) logger(w io.Writer) (*slog.Logger, error) {
 }
 
 // endpoints resolves the NATS and Redis URLs: flags and environment first,
-// then the discovery file of a running `windlass dev`, then the standard
-// local ports.
-func (c *common) endpoints() (natsURL, redisURL string) {
+// then the discovery file of a running `windlass dev`. With neither it is an
+// error that says so, never a guess at the standard local ports, where some
+// other NATS or Redis may answer for a fleet that is not there.
+func (c *common) endpoints() (natsURL, redisURL string, err error) {
 	natsURL, redisURL = *c.natsURL, *c.redisURL
-	if natsURL == "" || redisURL == "" {
-		if dev, err := readDiscovery(); err == nil {
-			natsURL, redisURL = cmp.Or(natsURL, dev.NATSURL), cmp.Or(redisURL, dev.RedisURL)
-		}
+	if natsURL != "" && redisURL != "" {
+		return natsURL, redisURL, nil
 	}
-	return cmp.Or(natsURL, nats.DefaultURL), cmp.Or(redisURL, "redis://127.0.0.1:6379/0")
+	dev, err := readDiscovery()
+	if err != nil {
+		var missing []string
+		if natsURL == "" {
+			missing = append(missing, "--nats-url ($WINDLASS_NATS_URL)")
+		}
+		if redisURL == "" {
+			missing = append(missing, "--redis-url ($WINDLASS_REDIS_URL)")
+		}
+		return "", "", &exitError{code: 2, err: fmt.Errorf("no fleet to talk to: %s not given and %w; start `windlass dev` in another terminal, or give the URLs (servers on the standard local ports: --nats-url %s --redis-url %s)",
+			strings.Join(missing, " and "), err, nats.DefaultURL, standardRedisURL)}
+	}
+	return cmp.Or(natsURL, dev.NATSURL), cmp.Or(redisURL, dev.RedisURL), nil
 }
+
+// standardRedisURL is a Redis on its standard local port, which the error
+// of endpoints suggests; nothing connects to it unless told to.
+const standardRedisURL = "redis://127.0.0.1:6379/0"
 
 // connect dials NATS and Redis.
 func (c *common) connect(name string) (*nats.Conn, *redis.Client, error) {
-	natsURL, redisURL := c.endpoints()
+	natsURL, redisURL, err := c.endpoints()
+	if err != nil {
+		return nil, nil, err
+	}
 	nc, err := nats.Connect(natsURL, nats.Name("windlass "+name), nats.MaxReconnects(-1), nats.CustomInboxPrefix(*c.inboxPrefix))
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect to NATS at %s: %w (start `windlass dev`, or pass --nats-url)", natsURL, err)
@@ -344,60 +360,4 @@ func (s *session) dispatcher(ctx context.Context) (*dispatcher.Dispatcher, error
 		s.stopTelemetry = stop
 	}
 	return dispatcher.New(ctx, dispatcher.Config{Conn: s.nc, Registry: s.reg, ID: s.dispatcherID, Logger: s.log, Limits: s.limits})
-}
-
-// discovery is what `windlass dev` writes so that commands in another
-// terminal find it without flags.
-type discovery struct {
-	NATSURL       string `json:"nats_url"`
-	RedisURL      string `json:"redis_url"`
-	ApprovalURL   string `json:"approval_url,omitempty"`
-	APIURL        string `json:"api_url,omitempty"`
-	ReviewerToken string `json:"reviewer_token,omitempty"` // the dev reviewer's; the file is 0600
-	PID           int    `json:"pid"`
-}
-
-// discoveryPath is $WINDLASS_DEV_FILE, else windlass/dev.json in the user's
-// cache directory.
-func discoveryPath() string {
-	if p := os.Getenv("WINDLASS_DEV_FILE"); p != "" {
-		return p
-	}
-	dir, err := os.UserCacheDir()
-	if err != nil {
-		dir = os.TempDir()
-	}
-	return filepath.Join(dir, "windlass", "dev.json")
-}
-
-func readDiscovery() (discovery, error) {
-	var d discovery
-	b, err := os.ReadFile(discoveryPath())
-	if err != nil {
-		return d, err
-	}
-	if err := json.Unmarshal(b, &d); err != nil {
-		return d, err
-	}
-	if d.PID <= 0 || !processAlive(d.PID) {
-		return discovery{}, errors.New("the dev fleet of the discovery file is not running")
-	}
-	return d, nil
-}
-
-func writeDiscovery(d discovery) (remove func(), err error) {
-	p := discoveryPath()
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		return nil, err
-	}
-	b, _ := json.MarshalIndent(d, "", "  ")
-	if err := os.WriteFile(p, b, 0o600); err != nil {
-		return nil, err
-	}
-	return func() {
-		if cur, err := readDiscovery(); err == nil && cur.PID != os.Getpid() {
-			return // another dev fleet took over the file
-		}
-		_ = os.Remove(p)
-	}, nil
 }

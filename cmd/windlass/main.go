@@ -47,6 +47,9 @@ type exitError struct {
 
 func (e *exitError) Error() string { return e.err.Error() }
 
+// Unwrap returns the error the exit code is for.
+func (e *exitError) Unwrap() error { return e.err }
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
@@ -99,8 +102,8 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Every flag falls back to an environment variable named after it: --nats-url")
 	fmt.Fprintln(w, "is $WINDLASS_NATS_URL, --redis-url is $WINDLASS_REDIS_URL. Without either, commands")
-	fmt.Fprintln(w, "find a running 'windlass dev' through its file ($WINDLASS_DEV_FILE), else the")
-	fmt.Fprintln(w, "standard local ports.")
+	fmt.Fprintln(w, "find a running 'windlass dev' through its file ($WINDLASS_DEV_FILE); with no")
+	fmt.Fprintln(w, "running dev they say so rather than guess at the standard local ports.")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Run 'windlass <command> --help' for a command's flags.")
 }
