@@ -62,12 +62,7 @@ const notifyBatch = 1
 // Config.ClaimAfter (it died mid-delivery) is claimed by another, which
 // delivers it again.
 func (s *Service) notifyLoop(ctx context.Context, q queue) {
-	rc, key := s.cfg.Redis, s.store.auditKey()
-	// A new queue starts with the events after it was created: a webhook
-	// endpoint added later is not sent the history.
-	if err := rc.XGroupCreateMkStream(ctx, key, q.group, "$").Err(); err != nil && !isBusyGroup(err) {
-		s.cfg.Logger.ErrorContext(ctx, "approval: cannot create the notification group", "group", q.group, "error", err)
-	}
+	s.createGroup(ctx, q.group)
 	waits := retry.Policy{Initial: 100 * time.Millisecond, Max: 5 * time.Second}.Waits()
 	own := true // read this consumer's own pending entries first
 	var lastClaim time.Time
@@ -93,6 +88,10 @@ func (s *Service) notifyLoop(ctx context.Context, q queue) {
 			if ctx.Err() == nil && !errors.Is(err, redis.Nil) {
 				s.cfg.Logger.WarnContext(ctx, "approval: reading events failed", "group", q.group, "error", err)
 				retry.Sleep(ctx, waits.Next())
+				if strings.HasPrefix(err.Error(), "NOGROUP") {
+					// Redis was unreachable at start, or restarted empty.
+					s.createGroup(ctx, q.group)
+				}
 			}
 			continue
 		}
@@ -107,6 +106,16 @@ func (s *Service) notifyLoop(ctx context.Context, q queue) {
 			}
 			waits.Reset()
 		}
+	}
+}
+
+// createGroup creates a queue's consumer group, unless it exists, at the
+// stream's end: a new queue starts with the events after it was created,
+// so a webhook endpoint added later is not sent the history.
+func (s *Service) createGroup(ctx context.Context, group string) {
+	err := s.cfg.Redis.XGroupCreateMkStream(ctx, s.store.auditKey(), group, "$").Err()
+	if err != nil && !isBusyGroup(err) && ctx.Err() == nil {
+		s.cfg.Logger.ErrorContext(ctx, "approval: cannot create the notification group; retrying", "group", group, "error", err)
 	}
 }
 
