@@ -13,9 +13,12 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/otel/baggage"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/dispatcher"
+	"github.com/windlass-dev/windlass/internal/telemetry"
 )
 
 // Keys of _meta in tools/list entries, tools/call requests, results and
@@ -86,6 +89,7 @@ func requestedCallID(meta mcp.Meta) (id string, refusal *mcp.CallToolResult) {
 // call runs one tools/call through the fleet: submit, then follow the
 // call's events until its result.
 func (h *Handler) call(ctx context.Context, req *mcp.CallToolRequest, t callTarget) (*mcp.CallToolResult, error) {
+	ctx = requestTrace(ctx, req)
 	id, refusal := requestedCallID(req.Params.Meta)
 	if refusal != nil {
 		return refusal, nil
@@ -386,4 +390,18 @@ func (p *progressSender) report(ctx context.Context, fraction float64, message s
 	}
 	p.reported, p.fraction, p.reportedMessage = true, fraction, message
 	return p.send(ctx, fraction, message)
+}
+
+// requestTrace returns ctx with the trace context (traceparent, tracestate,
+// baggage) of the tools/call's own HTTP request and no other, so that the
+// call's spans join the trace of the request that asked for it. The SDK
+// runs a session's calls under the context of the request that opened the
+// session, whose trace is not this call's. A call that did not come over
+// HTTP keeps ctx as it is.
+func requestTrace(ctx context.Context, req *mcp.CallToolRequest) context.Context {
+	if req.Extra == nil || req.Extra.Header == nil {
+		return ctx
+	}
+	ctx = trace.ContextWithSpanContext(baggage.ContextWithoutBaggage(ctx), trace.SpanContext{})
+	return telemetry.ExtractHTTP(ctx, req.Extra.Header)
 }

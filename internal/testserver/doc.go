@@ -1,6 +1,9 @@
 // Package testserver starts real servers for integration tests and runnable
 // examples: an in-process nats-server with JetStream and a redis-server
-// child process.
+// child process, or several: a Redis Cluster ([StartRedisCluster]) and a
+// replicated Redis watched by Sentinel ([StartRedisSentinel]), whose waits
+// (the cluster's state, the sentinels' view) poll the servers with a
+// deadline.
 //
 // Every server listens on 127.0.0.1 on a free port, never on a standard one,
 // and keeps its data in a temporary directory of its own, so tests that each

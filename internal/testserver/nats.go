@@ -77,15 +77,7 @@ func NewNATS(opts ...NATSOptions) (*NATS, error) {
 func StartNATS(tb testing.TB, opts ...NATSOptions) *NATS {
 	tb.Helper()
 	n, err := NewNATS(opts...)
-	if err != nil {
-		tb.Fatalf("%v", err)
-	}
-	tb.Cleanup(func() {
-		if err := n.close(); err != nil {
-			tb.Errorf("%v", err)
-		}
-	})
-	return n
+	return started(tb, n, err)
 }
 
 // start starts a server on n.port; n.mu must be held.
@@ -261,4 +253,20 @@ func single[T any](opts []T) (T, error) {
 		return o, fmt.Errorf("testserver: at most one %T may be given, got %d", o, len(opts))
 	}
 	return o, nil
+}
+
+// started is the end of every Start function: it calls tb.Fatalf if err is
+// set, and v's close when the test ends, failing the test if that reports
+// an error (a directory it could not remove).
+func started[T interface{ close() error }](tb testing.TB, v T, err error) T {
+	tb.Helper()
+	if err != nil {
+		tb.Fatalf("%v", err)
+	}
+	tb.Cleanup(func() {
+		if err := v.close(); err != nil {
+			tb.Errorf("%v", err)
+		}
+	})
+	return v
 }

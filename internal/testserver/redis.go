@@ -33,6 +33,7 @@ type RedisOptions struct {
 type Redis struct {
 	bin, dir string
 	persist  bool
+	extra    []string // arguments after the defaults: cluster or sentinel mode
 
 	mu     sync.Mutex
 	port   int
@@ -59,6 +60,14 @@ func NewRedis(opts ...RedisOptions) (*Redis, error) {
 	if err != nil {
 		return nil, err
 	}
+	return newRedis(o, "")
+}
+
+// newRedis is NewRedis with conf, the first content of the server's
+// configuration file (redis.conf in its data directory, which the server
+// may rewrite: CONFIG REWRITE, Sentinel's state), and extra arguments after
+// the defaults.
+func newRedis(o RedisOptions, conf string, extra ...string) (*Redis, error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		return nil, fmt.Errorf("testserver: redis-server is not installed (%w); install it with `apt-get install -y redis-server` (`make test` installs it)", err)
@@ -67,7 +76,11 @@ func NewRedis(opts ...RedisOptions) (*Redis, error) {
 	if err != nil {
 		return nil, fmt.Errorf("testserver: create a data directory for redis-server: %w", err)
 	}
-	r := &Redis{bin: bin, dir: dir, persist: o.Persist}
+	if err := os.WriteFile(filepath.Join(dir, "redis.conf"), []byte(conf), 0o644); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("testserver: write the redis-server configuration file: %w", err)
+	}
+	r := &Redis{bin: bin, dir: dir, persist: o.Persist, extra: extra}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	// The port is free when picked but may be taken before redis-server
@@ -94,15 +107,7 @@ func NewRedis(opts ...RedisOptions) (*Redis, error) {
 func StartRedis(tb testing.TB, opts ...RedisOptions) *Redis {
 	tb.Helper()
 	r, err := NewRedis(opts...)
-	if err != nil {
-		tb.Fatalf("%v", err)
-	}
-	tb.Cleanup(func() {
-		if err := r.close(); err != nil {
-			tb.Errorf("%v", err)
-		}
-	})
-	return r
+	return started(tb, r, err)
 }
 
 // Addr returns the server's address, 127.0.0.1:PORT. It is the same after
@@ -172,6 +177,7 @@ func (r *Redis) Client(tb testing.TB) *redis.Client {
 // reports that it failed because the port was taken. r.mu must be held.
 func (r *Redis) start() (inUse bool, err error) {
 	args := []string{
+		filepath.Join(r.dir, "redis.conf"),
 		"--port", strconv.Itoa(r.port),
 		"--bind", "127.0.0.1",
 		"--dir", r.dir,
@@ -184,6 +190,7 @@ func (r *Redis) start() (inUse bool, err error) {
 	} else {
 		args = append(args, "--appendonly", "no")
 	}
+	args = append(args, r.extra...)
 	// Errors in the arguments are written to stderr before the log file is
 	// opened, so stdout and stderr go to the log file too.
 	logf, err := os.OpenFile(filepath.Join(r.dir, "redis.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
@@ -317,4 +324,12 @@ func freePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// running reports whether the server process is running: started and not
+// stopped, killed or closed since.
+func (r *Redis) running() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.cmd != nil
 }
