@@ -77,6 +77,19 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 	r.mu.Unlock()
 }
 
+// blockFirst is a receiver's block that holds the first request of type
+// typ, and no other.
+func blockFirst(typ string) func(string) bool {
+	var once sync.Once
+	return func(t string) bool {
+		first := false
+		if t == typ {
+			once.Do(func() { first = true })
+		}
+		return first
+	}
+}
+
 // counts returns a copy of the deliveries per webhook-id.
 func (r *receiver) counts() map[string]int {
 	r.mu.Lock()
@@ -243,14 +256,7 @@ func TestReplicasDeliverEachWebhookOnce(t *testing.T) {
 func TestReplicaKilledMidDeliveryLosesNoWebhook(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, nil)
-	var blocked sync.Once
-	rcv := newReceiver(t, func(typ string) bool {
-		first := false
-		if typ == "approval.requested" {
-			blocked.Do(func() { first = true })
-		}
-		return first
-	})
+	rcv := newReceiver(t, blockFirst("approval.requested"))
 	replicas := f.startReplicas(3, rcv)
 	first := f.submit(payArgs{To: "first", Amount: 1})
 	var victim string
@@ -386,12 +392,7 @@ func TestRetentionRemovesDecidedCalls(t *testing.T) {
 func TestSlowDeliveryIsNotTakenOver(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, nil)
-	var blocked sync.Once
-	rcv := newReceiver(t, func(typ string) bool {
-		first := false
-		blocked.Do(func() { first = true })
-		return first
-	})
+	rcv := newReceiver(t, blockFirst("approval.requested"))
 	replicas := f.startReplicas(2, rcv)
 	f.submit(payArgs{To: "slow", Amount: 1})
 	var holder string
