@@ -195,7 +195,7 @@ func TestApproveRunsTheCall(t *testing.T) {
 	if code != http.StatusConflict || body["call"].(map[string]any)["status"] != "approved" {
 		t.Errorf("second decision = %d %v", code, body)
 	}
-	audit, _ := f.svc.Audit(t.Context(), 100)
+	audit, _ := f.svc.Audit(t.Context(), approval.AuditFilter{Limit: 100})
 	var kinds []string
 	for _, ev := range audit {
 		kinds = append(kinds, ev.Event+":"+ev.Actor)
@@ -227,7 +227,7 @@ func TestUndecodableHeldCall(t *testing.T) {
 	f := newFleet(t, nil)
 	id := f.submit(payArgs{To: "bob", Amount: 2})
 	h := f.held(id)
-	if err := f.cfg.Redis.HSet(t.Context(), approval.DefaultPrefix+"call:"+id, "call", "{not json").Err(); err != nil {
+	if err := f.cfg.Redis.HSet(t.Context(), approval.DefaultPrefix+"call:{"+id+"}", "call", "{not json").Err(); err != nil {
 		t.Fatal(err)
 	}
 	code, body := f.do("GET", "/v1/approvals?status=pending", "alice", nil)
@@ -318,7 +318,7 @@ func TestDecisionBoundToWhatTheReviewerSaw(t *testing.T) {
 	if r := f.wait(id); r.Content != "paid 4.00 to bob" {
 		t.Errorf("result = %+v: the edited arguments must run", r)
 	}
-	audit, _ := f.svc.Audit(t.Context(), 100)
+	audit, _ := f.svc.Audit(t.Context(), approval.AuditFilter{Limit: 100})
 	var edit *approval.AuditEvent
 	for i := range audit {
 		if audit[i].Event == "edited" {
@@ -545,7 +545,7 @@ func TestCancelHeldCall(t *testing.T) {
 
 	f := newFleet(t, nil)
 	f.stopSvc()
-	f.cfg.Notify = approval.WebhookNotifier(sender)
+	f.cfg.Webhooks = sender
 	f.startService()
 
 	id := f.submit(payArgs{To: "mallory", Amount: 7})
@@ -589,7 +589,7 @@ func TestCancelHeldCall(t *testing.T) {
 		t.Errorf("the tool ran %d times", n)
 	}
 	// The audit log records the cancellation, once, and no release.
-	audit, _ := f.svc.Audit(t.Context(), 100)
+	audit, _ := f.svc.Audit(t.Context(), approval.AuditFilter{Limit: 100})
 	var kinds []string
 	for _, ev := range audit {
 		kinds = append(kinds, ev.Event+":"+ev.Actor)
@@ -651,7 +651,7 @@ func TestCancelWinsOnTheDecisionPath(t *testing.T) {
 	if r := f.wait(id); r.Code() != windlass.CodeCanceled || f.runs.Load() != 0 {
 		t.Errorf("result = %+v (runs %d), want canceled and never run", r, f.runs.Load())
 	}
-	audit, _ := f.svc.Audit(t.Context(), 100)
+	audit, _ := f.svc.Audit(t.Context(), approval.AuditFilter{Limit: 100})
 	canceled := 0
 	for _, ev := range audit {
 		if ev.Event == "canceled" {

@@ -432,7 +432,7 @@ func TestBrowserWrongTokenDecidesNothing(t *testing.T) {
 	if h := f.held(id); h.Status != approval.StatusPending || len(h.Approvers) != 0 || f.runs.Load() != 0 {
 		t.Errorf("after a wrong token: %+v (runs %d)", h, f.runs.Load())
 	}
-	audit, _ := f.svc.Audit(t.Context(), 100)
+	audit, _ := f.svc.Audit(t.Context(), approval.AuditFilter{Limit: 100})
 	if len(audit) != 1 || audit[0].Event != "requested" {
 		t.Errorf("audit = %+v, want only the request", audit)
 	}

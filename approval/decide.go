@@ -131,10 +131,38 @@ func (s *Service) List(ctx context.Context, f Filter) ([]*HeldCall, int, error) 
 	return out, int(offset), nil
 }
 
-// Audit returns the audit log from its start, up to count events.
-func (s *Service) Audit(ctx context.Context, count int) ([]AuditEvent, error) {
-	return s.store.audit(ctx, int64(count))
+// AuditFilter selects audit entries for [Service.Audit].
+type AuditFilter struct {
+	// Since starts at the first entry written at or after it; zero: at
+	// the oldest entry kept (see Config.Retention).
+	Since time.Time
+	// After starts after the entry with this id (the last one of the
+	// previous page); it overrides Since.
+	After string
+	// Limit bounds the entries returned; default 1000, at most 10,000.
+	Limit int
 }
+
+// Audit returns audit entries in the order they were written, as f
+// selects. To export the log page by page, pass the last entry's ID as the
+// next page's After until a page comes back shorter than Limit.
+func (s *Service) Audit(ctx context.Context, f AuditFilter) ([]AuditEvent, error) {
+	return s.store.audit(ctx, f.Since, f.After, int64(f.limit()))
+}
+
+// limit is f.Limit with its default and bound applied.
+func (f AuditFilter) limit() int {
+	if f.Limit <= 0 {
+		return defaultAuditPage
+	}
+	return min(f.Limit, maxAuditPage)
+}
+
+// The pages of [Service.Audit].
+const (
+	defaultAuditPage = 1000
+	maxAuditPage     = 10000
+)
 
 // Approve records reviewer's approval of call id. argsHash must be the
 // call's current ArgsHash (what the reviewer saw). edited, when not empty,
@@ -162,7 +190,7 @@ func (s *Service) Approve(ctx context.Context, id, reviewer, argsHash string, ed
 		if err := s.fits(h, canon); err != nil {
 			return nil, err
 		}
-		d.editedArgs = canon
+		d.editedArgs, d.original = canon, h.Arguments
 		d.editedHash, _ = release.ArgumentsHash(canon)
 	}
 	return s.decide(ctx, id, d)

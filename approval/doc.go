@@ -49,28 +49,92 @@
 //     service starts again (approved calls not yet released are released;
 //     the calls stream drops a second publish of the same call id).
 //
+// # Replicas
+//
+// Any number of replicas may run on one NATS and one Redis; they keep
+// nothing of their own. They share the approvals consumer (each gated call
+// is taken in by one), follow the cancels stream each (applying a
+// cancellation twice is a no-op), answer the HTTP API from Redis, rate-limit
+// each reviewer's decisions together (5 a second, bursts of 20, in Redis
+// through github.com/go-redis/redis_rate), expire and release from indexes
+// (the pending set by expiry, the unreleased set by approval: a pass costs
+// the work due, not the history), and deliver each notification once (see
+// below).
+//
+// # Retention
+//
+// A decided call (approved, rejected, expired, canceled) is deleted
+// Config.Retention (default 30 days) after its decision, and the audit log
+// and the webhook log are trimmed to the same age (XTRIM MINID): every
+// replica deletes what is past it every quarter of the retention, at most
+// a minute apart. Export the audit log before it is trimmed: GET
+// /v1/audit?since=RFC3339 (pages: after=<the last entry's id>), or
+// windlass approvals audit --since 720h, which prints one JSON object a
+// line: id (the stream entry id, time-ordered), time, event, call_id,
+// actor, fields (reason; before and after for an edit). A webhook event
+// not delivered within the retention (an endpoint down for that long) is
+// lost with its entry.
+//
 // # Redis layout
 //
-// Keys under Config.Prefix (default "windlass:approval:"):
+// Keys under Config.Prefix (default "windlass:approval:"; <p> below). A held
+// call's state, the indexes and the audit stream share one Redis Cluster
+// hash slot, the tag {index}, because a transition (hold, decision, expiry,
+// cancellation, release) changes the call's state, moves it between
+// indexes and appends its audit entry in one Lua script: atomic, so that a
+// decision happens once and the audit log holds exactly what happened. What
+// is large — the call message and its arguments — is in a key of its own,
+// tagged by the call id, so it shards across a cluster's masters:
 //
-//	<p>call:<id>          HASH  the call, args, args_hash, approved_args, tool, spec_hash,
-//	                            requester, metadata, origin, requested_ms, expires_ms,
-//	                            required, forbid_self, status, approvers, rejected_by,
-//	                            reason, decided_ms, released
-//	<p>pending            ZSET  pending ids by expiry (unix ms)
-//	<p>status:<status>    ZSET  ids by request time, one set per status
-//	<p>audit              STREAM append-only: requested, approval, edited, approved,
-//	                            rejected, expired, canceled, released (actor, reason,
-//	                            before/after)
-//	<p>webhooks           STREAM every webhook delivery attempt
+//	<p>call:{<id>}               HASH  the call's bulk: call (the message), args, metadata,
+//	                                   args_ref, args_preview; expires with the window plus
+//	                                   the retention (deleted with the call before that)
+//	<p>{index}:call:<id>         HASH  its state: args_hash, approved_args, tool, spec_hash,
+//	                                   requester, origin, requested_ms, expires_ms, required,
+//	                                   forbid_self, status, approvers, rejected_by, reason,
+//	                                   decided_ms, released, traceparent
+//	<p>{index}:pending           ZSET  pending ids by expiry (unix ms)
+//	<p>{index}:status:<status>   ZSET  ids by request time (pending) or decision time
+//	                                   (the others: the retention trims by it)
+//	<p>{index}:unreleased        ZSET  approved ids not released yet, by approval time
+//	<p>{index}:audit             STREAM requested, approval, edited, approved, rejected,
+//	                                   expired, canceled, released (actor, reason,
+//	                                   before/after); consumer groups "notify" and
+//	                                   "webhook:<16 hex of the SHA-256 of the URL>"
+//	<p>webhooks                  STREAM every webhook delivery attempt (its own slot)
+//	rate:<p>reviewer:<name>      STRING a reviewer's decision rate (redis_rate's key)
+//
+// The one slot's size is bounded by the retention: about 800 bytes per
+// call (measured with MEMORY USAGE for a small call approved and released:
+// state 440, audit entries 207, status set entry 135; more with an edit,
+// whose arguments the state and the audit entry keep), times the calls
+// decided in a retention period: about 24 MB for 1,000 calls a day over 30
+// days. A prefix that holds a
+// hash tag of its own ("{windlass}:approval:") puts every key in that one
+// slot instead; it works, without sharding.
 //
 // # Notifications
 //
-// Config.Notify receives every audit event in order, at least once, through a
-// consumer group on the audit stream: an event is acknowledged only after
-// Notify returns nil, so events survive a restart. [WebhookNotifier] posts
-// approval.requested, approval.approved, approval.rejected,
-// approval.expired and approval.canceled per the Standard Webhooks specification (package
-// approval/webhook), with a webhook-id derived from the audit entry;
+// Config.Notify and each endpoint of Config.Webhooks have a queue of their
+// own: a consumer group on the audit stream, created at the stream's end
+// the first time a replica starts with it (a new endpoint is sent the
+// events from then on, not the history), so one slow endpoint holds back
+// no other. Every replica reads each queue as a consumer of its own
+// (Config.Replica), one entry at a time, and acknowledges an entry only
+// after the delivery succeeded (or the sender gave up on it): so each event
+// is delivered by one replica while all live. While it delivers, a replica
+// renews its claim on the entry every third of Config.ClaimAfter (default
+// 30 s); an entry whose replica died mid-delivery is claimed by another
+// (XAUTOCLAIM) once ClaimAfter has passed and delivered again — the only
+// case of a duplicate, which receivers drop by its webhook-id (derived
+// from the audit entry: the same on every retry, replica and endpoint).
+// Events of one queue arrive in order from one replica; with several, in
+// the order the replicas finish them (order by the data's event_id, the
+// audit entry id, when it matters). A replica's consumer with nothing
+// pending is removed after an hour unseen.
+//
+// The webhooks are approval.requested, approval.approved,
+// approval.rejected, approval.expired and approval.canceled, per the
+// Standard Webhooks specification (package approval/webhook);
 // approval.approved is sent once the approved call was released.
 package approval

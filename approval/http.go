@@ -8,9 +8,9 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"sync"
+	"time"
 
-	"golang.org/x/time/rate"
+	"github.com/go-redis/redis_rate/v10"
 
 	"github.com/windlass-dev/windlass/internal/bearer"
 	"github.com/windlass-dev/windlass/internal/payload"
@@ -22,7 +22,7 @@ import (
 //	GET  /v1/approvals/{id}                                        one held call
 //	POST /v1/approvals/{id}/approve  {"args_hash": "...", "arguments": {...}?}
 //	POST /v1/approvals/{id}/reject   {"reason": "..."}
-//	GET  /v1/audit?limit=N                                         the audit log
+//	GET  /v1/audit?since=RFC3339&after=ID&limit=N                  the audit log, a page
 //	GET  /                                                         the dashboard page
 //
 // Every /v1 request needs "Authorization: Bearer <reviewer token>" (the
@@ -35,12 +35,11 @@ import (
 // first decision as "call"), 412, 415, 422, 429.
 func (s *Service) Handler() http.Handler {
 	mux := http.NewServeMux()
-	lim := &limiters{m: map[string]*rate.Limiter{}}
 	mux.HandleFunc("GET /v1/approvals", s.authed(s.handleList))
 	mux.HandleFunc("GET /v1/approvals/{id}", s.authed(s.handleGet))
 	mux.HandleFunc("GET /v1/approvals/{id}/arguments", s.authed(s.handleArguments))
-	mux.HandleFunc("POST /v1/approvals/{id}/approve", s.authed(lim.wrap(s.handleApprove)))
-	mux.HandleFunc("POST /v1/approvals/{id}/reject", s.authed(lim.wrap(s.handleReject)))
+	mux.HandleFunc("POST /v1/approvals/{id}/approve", s.authed(s.limited(s.handleApprove)))
+	mux.HandleFunc("POST /v1/approvals/{id}/reject", s.authed(s.limited(s.handleReject)))
 	mux.HandleFunc("GET /v1/audit", s.authed(s.handleAudit))
 	mux.HandleFunc("GET /{$}", serveDashboard)
 	return mux
@@ -69,23 +68,21 @@ func (s *Service) authed(h reviewerHandler) http.HandlerFunc {
 	}
 }
 
-// limiters rate-limits decisions per reviewer: 5 a second, bursts of 20.
-type limiters struct {
-	mu sync.Mutex
-	m  map[string]*rate.Limiter
-}
+// decisionRate is each reviewer's rate of decisions, shared by every
+// replica of the service: 5 a second, bursts of 20.
+var decisionRate = redis_rate.Limit{Rate: 5, Period: time.Second, Burst: 20}
 
-func (l *limiters) wrap(h reviewerHandler) reviewerHandler {
+// limited rate-limits a reviewer's decisions across the replicas (GCRA in
+// Redis, github.com/go-redis/redis_rate). When Redis cannot be asked the
+// decision goes ahead (it needs Redis itself, and fails there if Redis is
+// down).
+func (s *Service) limited(h reviewerHandler) reviewerHandler {
 	return func(w http.ResponseWriter, r *http.Request, reviewer string) {
-		l.mu.Lock()
-		lim, ok := l.m[reviewer]
-		if !ok {
-			lim = rate.NewLimiter(5, 20)
-			l.m[reviewer] = lim
-		}
-		l.mu.Unlock()
-		if !lim.Allow() {
-			w.Header().Set("Retry-After", "1")
+		res, err := s.rates.Allow(r.Context(), s.store.rateKey(reviewer), decisionRate)
+		if err != nil {
+			s.cfg.Logger.WarnContext(r.Context(), "approval: the decision rate limit could not be checked; not enforced", "reviewer", reviewer, "error", err)
+		} else if res.Allowed == 0 {
+			w.Header().Set("Retry-After", strconv.Itoa(max(1, int(res.RetryAfter.Round(time.Second)/time.Second))))
 			writeError(w, http.StatusTooManyRequests, "rate_limited", "too many decision attempts; slow down")
 			return
 		}
@@ -163,18 +160,33 @@ func (s *Service) handleArguments(w http.ResponseWriter, r *http.Request, _ stri
 	_, _ = w.Write(args)
 }
 
+// handleAudit answers a page of the audit log: GET /v1/audit?since=&after=&limit=
+// (see AuditFilter; since is RFC 3339). next_after is the cursor of the
+// next page, empty on the last.
 func (s *Service) handleAudit(w http.ResponseWriter, r *http.Request, _ string) {
-	n, err := atoiDefault(r.URL.Query().Get("limit"), 1000)
+	q := r.URL.Query()
+	n, err := atoiDefault(q.Get("limit"), defaultAuditPage)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "bad_request", "limit must be a non-negative integer")
 		return
 	}
-	events, err := s.Audit(r.Context(), n)
+	f := AuditFilter{After: q.Get("after"), Limit: n}
+	if v := q.Get("since"); v != "" {
+		if f.Since, err = time.Parse(time.RFC3339Nano, v); err != nil {
+			writeError(w, http.StatusBadRequest, "bad_request", "since must be an RFC 3339 time, such as 2026-01-02T15:04:05Z")
+			return
+		}
+	}
+	events, err := s.Audit(r.Context(), f)
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, "internal", err.Error())
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"items": events})
+	next := ""
+	if len(events) > 0 && len(events) == f.limit() {
+		next = events[len(events)-1].ID
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"items": events, "next_after": next})
 }
 
 // decodeBody reads a JSON decision body of at most 1 MiB.

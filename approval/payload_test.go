@@ -36,7 +36,7 @@ func TestLargeArgumentsHeldByReference(t *testing.T) {
 		t.Fatalf("held: %d argument bytes, reference %+v, hash %s (want %s), preview of %d bytes", len(h.Arguments), h.ArgumentsRef, h.ArgsHash, want, len(h.ArgumentsPreview))
 	}
 	var kept int
-	fields, err := f.Redis.Client(t).HGetAll(t.Context(), approval.DefaultPrefix+"call:pay-big").Result()
+	fields, err := f.Redis.Client(t).HGetAll(t.Context(), approval.DefaultPrefix+"call:{pay-big}").Result()
 	if err != nil {
 		t.Fatal(err)
 	}

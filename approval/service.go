@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/go-redis/redis_rate/v10"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/approval/release"
+	"github.com/windlass-dev/windlass/approval/webhook"
 	"github.com/windlass-dev/windlass/internal/layout"
 	"github.com/windlass-dev/windlass/internal/payload"
 	"github.com/windlass-dev/windlass/internal/retry"
@@ -35,6 +37,8 @@ const (
 	DefaultPrefix         = "windlass:approval:"
 	DefaultWindow         = time.Hour
 	DefaultQueueAllowance = 30 * time.Second
+	DefaultClaimAfter     = 30 * time.Second
+	DefaultRetention      = 30 * 24 * time.Hour
 )
 
 // ToolPolicy is how one gated tool is approved.
@@ -80,10 +84,30 @@ type Config struct {
 	// PayloadLimit is the largest arguments by reference the service
 	// fetches to hold a call, in bytes. Default 64 MiB, the dispatcher's.
 	PayloadLimit int64
-	// Notify receives every audit event, in order, at least once — the
-	// hook the webhook delivery hangs on. It runs on one goroutine; an
-	// error retries the event later. Nil: no notifications.
+	// Notify receives every audit event at least once, through a queue of
+	// its own (see the package doc, "Notifications"). It runs on one
+	// goroutine per replica; an error retries the event later. Nil: no
+	// notifications.
 	Notify func(ctx context.Context, ev AuditEvent, call *HeldCall) error
+	// Webhooks, when set, posts approval.requested, approval.approved,
+	// approval.rejected, approval.expired and approval.canceled to each of
+	// its endpoints, each endpoint through a queue of its own (see the
+	// package doc, "Notifications"). Never closed by the service.
+	Webhooks *webhook.Sender
+	// Replica names this replica's consumer in the notification queues:
+	// two live replicas must not share one. Default: the host name and a
+	// random suffix.
+	Replica string
+	// ClaimAfter is how long an event a replica read stays its own once
+	// the replica stopped renewing its claim (it died mid-delivery) before
+	// another replica claims and delivers it. A live replica renews its
+	// claim every third of it. Default 30s.
+	ClaimAfter time.Duration
+	// Retention is how long a decided call (approved, rejected, expired or
+	// canceled) and the audit and webhook log entries are kept; export
+	// the audit log before (GET /v1/audit?since=, windlass approvals
+	// audit). Default 30 days.
+	Retention time.Duration
 	// Logger receives the service's logs. Default: discard.
 	Logger *slog.Logger
 	// TracerProvider records each hold as a span of its own ("approval_hold
@@ -108,6 +132,7 @@ type Service struct {
 	cancels  cancels
 	tracer   telemetry.Tracer
 	metrics  *telemetry.ApprovalMetrics // nil: metrics off
+	rates    *redis_rate.Limiter        // the reviewers' decision rates
 }
 
 // withDefaults returns c with every zero field set to its default: the one
@@ -118,6 +143,11 @@ func (c Config) withDefaults() Config {
 	c.QueueAllowance = cmp.Or(c.QueueAllowance, DefaultQueueAllowance)
 	c.Prefix = cmp.Or(c.Prefix, DefaultPrefix)
 	c.PayloadLimit = cmp.Or(c.PayloadLimit, payload.DefaultMax)
+	c.ClaimAfter = cmp.Or(c.ClaimAfter, DefaultClaimAfter)
+	c.Retention = cmp.Or(c.Retention, DefaultRetention)
+	if c.Replica == "" {
+		c.Replica = defaultReplica()
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -142,6 +172,10 @@ func (c Config) validate() error {
 		return fmt.Errorf("approval: Config.QueueAllowance must not be negative, got %s", c.QueueAllowance)
 	case c.PayloadLimit < 0:
 		return fmt.Errorf("approval: Config.PayloadLimit must not be negative, got %d", c.PayloadLimit)
+	case c.ClaimAfter < 0:
+		return fmt.Errorf("approval: Config.ClaimAfter must not be negative, got %s", c.ClaimAfter)
+	case c.Retention < 0:
+		return fmt.Errorf("approval: Config.Retention must not be negative, got %s", c.Retention)
 	case c.Replicas < 0:
 		return fmt.Errorf("approval: Config.Replicas must not be negative, got %d", c.Replicas)
 	}
@@ -170,8 +204,9 @@ func New(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("approval: jetstream: %w", err)
 	}
-	return &Service{cfg: cfg, store: &store{rc: cfg.Redis, prefix: cfg.Prefix}, js: js, auth: auth,
-		tracer: telemetry.NewTracer(cfg.TracerProvider), metrics: telemetry.NewApprovalMetrics(cfg.MeterProvider)}, nil
+	return &Service{cfg: cfg, store: &store{rc: cfg.Redis, prefix: cfg.Prefix, retention: cfg.Retention}, js: js, auth: auth,
+		tracer: telemetry.NewTracer(cfg.TracerProvider), metrics: telemetry.NewApprovalMetrics(cfg.MeterProvider),
+		rates: redis_rate.NewLimiter(cfg.Redis)}, nil
 }
 
 func (s *Service) policy(tool string) ToolPolicy {
@@ -268,8 +303,8 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 	})
 	wg.Go(func() { s.expiryLoop(ctx) })
-	if s.cfg.Notify != nil {
-		wg.Go(func() { s.notifyLoop(ctx) })
+	for _, q := range s.cfg.queues() {
+		wg.Go(func() { s.notifyLoop(ctx, q) })
 	}
 	<-ctx.Done()
 	it.Stop()
@@ -391,12 +426,15 @@ func (s *Service) intake(ctx context.Context, msg jetstream.Msg) {
 	}
 }
 
-// expiryLoop expires lapsed calls and answers their callers, and now and
-// then finishes releases that failed (NATS unreachable at decision time).
+// expiryLoop expires lapsed calls and answers their callers, now and then
+// finishes releases that failed (NATS unreachable at decision time), and
+// deletes what is past Config.Retention (every quarter of it, at most a
+// minute apart).
 func (s *Service) expiryLoop(ctx context.Context) {
 	t := time.NewTicker(200 * time.Millisecond)
 	defer t.Stop()
-	lastResume := time.Now()
+	lastResume, lastTrim := time.Now(), time.Time{}
+	trimEvery := min(s.cfg.Retention/4, time.Minute)
 	for {
 		select {
 		case <-ctx.Done():
@@ -408,6 +446,14 @@ func (s *Service) expiryLoop(ctx context.Context) {
 			s.cfg.Logger.WarnContext(ctx, "approval: expiry pass failed", "error", err)
 		}
 		s.answerExpired(ctx, ids)
+		if time.Since(lastTrim) >= trimEvery {
+			lastTrim = time.Now()
+			if n, err := s.store.trim(ctx, lastTrim.Add(-s.cfg.Retention)); err != nil && ctx.Err() == nil {
+				s.cfg.Logger.WarnContext(ctx, "approval: retention pass failed", "error", err)
+			} else if n > 0 {
+				s.cfg.Logger.DebugContext(ctx, "approval: deleted decided calls past the retention", "calls", n)
+			}
+		}
 		if time.Since(lastResume) > 5*time.Second {
 			lastResume = time.Now()
 			if err := s.resumeReleases(ctx); err != nil && ctx.Err() == nil {
@@ -536,28 +582,24 @@ func (s *Service) release(ctx context.Context, h *HeldCall) error {
 	return s.store.markReleased(ctx, h.ID)
 }
 
-// resumeReleases finishes the releases of approved calls a crash left
-// unpublished. The calls stream's duplicate window drops a second publish
-// of a release that did reach it.
+// resumeReleases finishes the releases of approved calls a crash (or a
+// failed publish) left unpublished, read from the unreleased index: its
+// cost follows the calls waiting for a release, not the history. The
+// calls stream's duplicate window drops a second publish of a release that
+// did reach it (another replica, or the decision itself, racing this).
 func (s *Service) resumeReleases(ctx context.Context) error {
+	page, err := s.store.unreleased(ctx, resumeBatch)
 	var failed error
-	for offset := int64(0); ; offset += 100 {
-		page, err := s.store.list(ctx, StatusApproved, offset, 100)
-		if err != nil {
-			return err
+	for _, h := range page {
+		// One that fails does not hold back the others.
+		if err := s.release(ctx, h); err != nil {
+			failed = errors.Join(failed, err)
+			continue
 		}
-		for _, h := range page {
-			if !h.Released {
-				// One that fails does not hold back the others.
-				if err := s.release(ctx, h); err != nil {
-					failed = errors.Join(failed, err)
-					continue
-				}
-				s.cfg.Logger.InfoContext(ctx, "approval: finished an interrupted release", "call_id", h.ID)
-			}
-		}
-		if len(page) < 100 {
-			return failed
-		}
+		s.cfg.Logger.InfoContext(ctx, "approval: finished an interrupted release", "call_id", h.ID)
 	}
+	return errors.Join(err, failed)
 }
+
+// resumeBatch bounds the releases one pass finishes.
+const resumeBatch = 100

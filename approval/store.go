@@ -90,16 +90,30 @@ type HeldCall struct {
 	traceparent string // the call's W3C trace context, when it came with one
 }
 
-// store is the approval service's Redis layout (see the package doc).
+// store is the approval service's Redis layout (see the package doc,
+// "Redis layout"): a held call's state, the indexes and the audit log in
+// one hash slot ({index}), so that every transition is one script; the
+// call's bulk (the call message, its arguments) in a key of its own, tagged
+// by the call id, so that the bulk shards across a Redis Cluster.
 type store struct {
-	rc     redis.UniversalClient
-	prefix string
+	rc        redis.UniversalClient
+	prefix    string
+	retention time.Duration // how long a call's bulk outlives its window
 }
 
-func (s *store) callKey(id string) string   { return s.prefix + "call:" + id }
-func (s *store) statusKey(st Status) string { return s.prefix + "status:" + string(st) }
-func (s *store) pendingKey() string         { return s.prefix + "pending" }
-func (s *store) auditKey() string           { return s.prefix + "audit" }
+// index is the hash tag of the state and the indexes.
+const index = "{index}:"
+
+func (s *store) callKey(id string) string   { return s.prefix + index + "call:" + id }
+func (s *store) bodyKey(id string) string   { return s.prefix + "call:{" + id + "}" }
+func (s *store) statusKey(st Status) string { return s.prefix + index + "status:" + string(st) }
+func (s *store) pendingKey() string         { return s.prefix + index + "pending" }
+func (s *store) auditKey() string           { return s.prefix + index + "audit" }
+func (s *store) unreleasedKey() string      { return s.prefix + index + "unreleased" }
+func (s *store) webhooksKey() string        { return s.prefix + "webhooks" }
+
+// rateKey is a reviewer's decision rate; redis_rate puts "rate:" before it.
+func (s *store) rateKey(reviewer string) string { return s.prefix + "reviewer:" + reviewer }
 func (s *store) statusKeys() (keys [4]string) { // pending, approved, rejected, expired
 	for i, st := range []Status{StatusPending, StatusApproved, StatusRejected, StatusExpired} {
 		keys[i] = s.statusKey(st)
@@ -120,21 +134,23 @@ redis.call('XADD', KEYS[4], '*', 'event', 'requested', 'call_id', ARGV[1], 'acto
 return 1
 `)
 
-// decideScript applies one reviewer's decision atomically.
-// KEYS: call, pending, status:pending, status:approved, status:rejected, audit.
-// ARGV: id, action, reviewer, now_ms, seen_hash, edited_args, edited_hash, reason.
+// decideScript applies one reviewer's decision atomically. A decided call
+// enters its status set scored by the decision's time (for the retention);
+// an approved one also enters the unreleased set.
+// KEYS: call, pending, status:pending, status:approved, status:rejected, audit, unreleased.
+// ARGV: id, action, reviewer, now_ms, seen_hash, edited_args, edited_hash, reason,
+// the caller's arguments (for an edit's audit entry: the bulk is on another slot).
 var decideScript = redis.NewScript(`
 local st = redis.call('HGET', KEYS[1], 'status')
 if not st then return {'missing'} end
 if st ~= 'pending' then return {'decided', st} end
 local id, action, reviewer, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 if tonumber(redis.call('HGET', KEYS[1], 'expires_ms')) <= tonumber(now) then return {'lapsed'} end
-local requested = redis.call('HGET', KEYS[1], 'requested_ms')
 if action == 'reject' then
   redis.call('HSET', KEYS[1], 'status', 'rejected', 'rejected_by', reviewer, 'reason', ARGV[8], 'decided_ms', now)
   redis.call('ZREM', KEYS[2], id)
   redis.call('ZREM', KEYS[3], id)
-  redis.call('ZADD', KEYS[5], requested, id)
+  redis.call('ZADD', KEYS[5], now, id)
   redis.call('XADD', KEYS[6], '*', 'event', 'rejected', 'call_id', id, 'actor', reviewer, 'reason', ARGV[8])
   return {'rejected'}
 end
@@ -143,7 +159,7 @@ if redis.call('HGET', KEYS[1], 'forbid_self') == '1' and redis.call('HGET', KEYS
 local approvers = redis.call('HGET', KEYS[1], 'approvers') or ''
 if ARGV[6] ~= '' then
   -- An edit restarts the approvals: earlier ones were for other arguments.
-  local original = redis.call('HGET', KEYS[1], 'approved_args') or redis.call('HGET', KEYS[1], 'args')
+  local original = redis.call('HGET', KEYS[1], 'approved_args') or ARGV[9]
   redis.call('HSET', KEYS[1], 'approved_args', ARGV[6], 'args_hash', ARGV[7])
   redis.call('XADD', KEYS[6], '*', 'event', 'edited', 'call_id', id, 'actor', reviewer, 'before', original, 'after', ARGV[6])
   approvers = ''
@@ -162,7 +178,8 @@ end
 redis.call('HSET', KEYS[1], 'status', 'approved', 'decided_ms', now)
 redis.call('ZREM', KEYS[2], id)
 redis.call('ZREM', KEYS[3], id)
-redis.call('ZADD', KEYS[4], requested, id)
+redis.call('ZADD', KEYS[4], now, id)
+redis.call('ZADD', KEYS[7], now, id)
 redis.call('XADD', KEYS[6], '*', 'event', 'approved', 'call_id', id, 'actor', reviewer)
 return {'approved'}
 `)
@@ -178,7 +195,7 @@ if tonumber(redis.call('HGET', KEYS[1], 'expires_ms')) > tonumber(ARGV[2]) then 
 redis.call('HSET', KEYS[1], 'status', 'expired', 'decided_ms', ARGV[2])
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
-redis.call('ZADD', KEYS[4], redis.call('HGET', KEYS[1], 'requested_ms'), ARGV[1])
+redis.call('ZADD', KEYS[4], ARGV[2], ARGV[1])
 redis.call('XADD', KEYS[5], '*', 'event', 'expired', 'call_id', ARGV[1], 'actor', 'system')
 return 1
 `)
@@ -195,14 +212,16 @@ if st ~= 'pending' then return st end
 redis.call('HSET', KEYS[1], 'status', 'canceled', 'reason', ARGV[3], 'decided_ms', ARGV[2])
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
-redis.call('ZADD', KEYS[4], redis.call('HGET', KEYS[1], 'requested_ms'), ARGV[1])
+redis.call('ZADD', KEYS[4], ARGV[2], ARGV[1])
 redis.call('XADD', KEYS[5], '*', 'event', 'canceled', 'call_id', ARGV[1], 'actor', 'caller', 'reason', ARGV[3])
 return 'canceled'
 `)
 
-// releasedScript marks an approved call released, once.
-// KEYS: call, audit. ARGV: id.
+// releasedScript marks an approved call released, once, and takes it out
+// of the unreleased set.
+// KEYS: call, audit, unreleased. ARGV: id.
 var releasedScript = redis.NewScript(`
+redis.call('ZREM', KEYS[3], ARGV[1])
 if redis.call('HGET', KEYS[1], 'released') == '1' then return 0 end
 redis.call('HSET', KEYS[1], 'released', '1')
 redis.call('XADD', KEYS[2], '*', 'event', 'released', 'call_id', ARGV[1], 'actor', 'system')
@@ -210,21 +229,31 @@ return 1
 `)
 
 // hold persists a new held call; it reports false for one already held.
+// The bulk is written first, on its own slot, with an expiry (the window
+// and the retention after it) so that a crash before the state is written
+// leaves nothing for good; the redelivered call writes it again.
 func (s *store) hold(ctx context.Context, h *HeldCall) (bool, error) {
 	callJSON, err := json.Marshal(*h.call)
 	if err != nil {
 		return false, err
 	}
 	meta, _ := json.Marshal(h.Metadata)
-	args := []any{h.ID, h.RequestedAt.UnixMilli(), h.ExpiresAt.UnixMilli(),
-		"call", string(callJSON), "args", string(h.Arguments), "args_hash", h.ArgsHash, "tool", h.Tool,
-		"spec_hash", h.SpecHash, "requester", h.Requester, "metadata", string(meta), "origin", h.origin,
-		"requested_ms", h.RequestedAt.UnixMilli(), "expires_ms", h.ExpiresAt.UnixMilli(),
-		"required", h.RequiredApprovals, "forbid_self", boolField(h.forbidSelf), "released", "0", "traceparent", h.traceparent}
+	body := []any{"call", string(callJSON), "args", string(h.Arguments), "metadata", string(meta)}
 	if h.ArgumentsRef != nil {
 		ref, _ := json.Marshal(h.ArgumentsRef)
-		args = append(args, "args_ref", string(ref), "args_preview", h.ArgumentsPreview)
+		body = append(body, "args_ref", string(ref), "args_preview", h.ArgumentsPreview)
 	}
+	pipe := s.rc.TxPipeline() // one key: one slot
+	pipe.HSet(ctx, s.bodyKey(h.ID), body...)
+	pipe.PExpireAt(ctx, s.bodyKey(h.ID), h.ExpiresAt.Add(s.retention))
+	if _, err := pipe.Exec(ctx); err != nil {
+		return false, fmt.Errorf("approval: hold %q: %w", h.ID, err)
+	}
+	args := []any{h.ID, h.RequestedAt.UnixMilli(), h.ExpiresAt.UnixMilli(),
+		"args_hash", h.ArgsHash, "tool", h.Tool,
+		"spec_hash", h.SpecHash, "requester", h.Requester, "origin", h.origin,
+		"requested_ms", h.RequestedAt.UnixMilli(), "expires_ms", h.ExpiresAt.UnixMilli(),
+		"required", h.RequiredApprovals, "forbid_self", boolField(h.forbidSelf), "released", "0", "traceparent", h.traceparent}
 	n, err := holdScript.Run(ctx, s.rc, []string{s.callKey(h.ID), s.pendingKey(), s.statusKey(StatusPending), s.auditKey()}, args...).Int()
 	if err != nil {
 		return false, fmt.Errorf("approval: hold %q: %w", h.ID, err)
@@ -247,6 +276,7 @@ type decision struct {
 	editedArgs json.RawMessage
 	editedHash string
 	reason     string
+	original   json.RawMessage // the caller's arguments, with an edit
 }
 
 // decide applies d and returns the script's verdict.
@@ -257,8 +287,8 @@ func (s *store) decide(ctx context.Context, id string, d decision, now time.Time
 		action = "approve"
 	}
 	res, err := decideScript.Run(ctx, s.rc,
-		[]string{s.callKey(id), s.pendingKey(), k[0], k[1], k[2], s.auditKey()},
-		id, action, d.reviewer, now.UnixMilli(), d.seenHash, string(d.editedArgs), d.editedHash, d.reason).StringSlice()
+		[]string{s.callKey(id), s.pendingKey(), k[0], k[1], k[2], s.auditKey(), s.unreleasedKey()},
+		id, action, d.reviewer, now.UnixMilli(), d.seenHash, string(d.editedArgs), d.editedHash, d.reason, string(d.original)).StringSlice()
 	if err != nil {
 		return nil, fmt.Errorf("approval: decide %q: %w", id, err)
 	}
@@ -300,10 +330,90 @@ func (s *store) cancel(ctx context.Context, id, reason string, now time.Time) (b
 }
 
 func (s *store) markReleased(ctx context.Context, id string) error {
-	if err := releasedScript.Run(ctx, s.rc, []string{s.callKey(id), s.auditKey()}, id).Err(); err != nil {
+	if err := releasedScript.Run(ctx, s.rc, []string{s.callKey(id), s.auditKey(), s.unreleasedKey()}, id).Err(); err != nil {
 		return fmt.Errorf("approval: mark %q released: %w", id, err)
 	}
 	return nil
+}
+
+// unreleased returns up to count approved calls not released yet, the
+// longest waiting first: the release sweep's work, read from an index
+// (the unreleased set), never from the history of approved calls. An id
+// whose call is gone (past the retention) leaves the index.
+func (s *store) unreleased(ctx context.Context, count int64) ([]*HeldCall, error) {
+	ids, err := s.rc.ZRange(ctx, s.unreleasedKey(), 0, count-1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("approval: unreleased calls: %w", err)
+	}
+	out := make([]*HeldCall, 0, len(ids))
+	for _, id := range ids {
+		h, err := s.get(ctx, id)
+		switch {
+		case errors.Is(err, errNotFound):
+			s.rc.ZRem(ctx, s.unreleasedKey(), id)
+		case err != nil:
+			return out, err
+		case h.Released: // released by a replica since the read above
+		default:
+			out = append(out, h)
+		}
+	}
+	return out, nil
+}
+
+// decidedStatuses are the states a call ends in.
+var decidedStatuses = []Status{StatusApproved, StatusRejected, StatusExpired, StatusCanceled}
+
+// trimBatch bounds the calls one retention pass deletes per status.
+const trimBatch = 500
+
+// trim deletes what is past the retention: the calls decided before
+// cutoff (their hashes and their entries in the status sets, a batch per
+// status and pass) and the audit and webhook log entries written before
+// it. It returns how many calls it deleted.
+func (s *store) trim(ctx context.Context, cutoff time.Time) (int, error) {
+	ms := strconv.FormatInt(cutoff.UnixMilli(), 10)
+	deleted := 0
+	var errs []error
+	for _, st := range decidedStatuses {
+		ids, err := s.rc.ZRangeByScore(ctx, s.statusKey(st), &redis.ZRangeBy{Min: "-inf", Max: "(" + ms, Count: trimBatch}).Result()
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if len(ids) == 0 {
+			continue
+		}
+		// One key a command: in a Redis Cluster the calls are on many slots.
+		pipe := s.rc.Pipeline()
+		for _, id := range ids {
+			pipe.Unlink(ctx, s.callKey(id))
+			pipe.Unlink(ctx, s.bodyKey(id))
+		}
+		pipe.ZRem(ctx, s.statusKey(st), toAny(ids)...)
+		if _, err := pipe.Exec(ctx); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		deleted += len(ids)
+	}
+	for _, key := range []string{s.auditKey(), s.webhooksKey()} {
+		if err := s.rc.XTrimMinID(ctx, key, ms).Err(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return deleted, fmt.Errorf("approval: retention: %w", err)
+	}
+	return deleted, nil
+}
+
+func toAny(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
 }
 
 // errNotFound is returned by get for an id never held.
@@ -311,7 +421,8 @@ var errNotFound = errors.New("approval: no such held call")
 
 // get reads one held call.
 func (s *store) get(ctx context.Context, id string) (*HeldCall, error) {
-	m, err := s.rc.HGetAll(ctx, s.callKey(id)).Result()
+	read := s.read(ctx, []string{id})
+	m, err := read(0)
 	if err != nil {
 		return nil, fmt.Errorf("approval: get %q: %w", id, err)
 	}
@@ -319,6 +430,36 @@ func (s *store) get(ctx context.Context, id string) (*HeldCall, error) {
 		return nil, fmt.Errorf("%w: %q", errNotFound, id)
 	}
 	return decodeHeld(id, m)
+}
+
+// read fetches the calls ids, state and bulk, in one pipeline (over
+// several slots in a Redis Cluster); the function it returns gives the
+// fields of the i-th call, none for a call not held.
+func (s *store) read(ctx context.Context, ids []string) func(i int) (map[string]string, error) {
+	pipe := s.rc.Pipeline()
+	state := make([]*redis.MapStringStringCmd, len(ids))
+	body := make([]*redis.MapStringStringCmd, len(ids))
+	for i, id := range ids {
+		state[i] = pipe.HGetAll(ctx, s.callKey(id))
+		body[i] = pipe.HGetAll(ctx, s.bodyKey(id))
+	}
+	if len(ids) > 0 {
+		_, _ = pipe.Exec(ctx) // each command's error is its own
+	}
+	return func(i int) (map[string]string, error) {
+		m, err := state[i].Result()
+		if err != nil || len(m) == 0 {
+			return nil, err
+		}
+		b, err := body[i].Result()
+		if err != nil {
+			return nil, err
+		}
+		for k, v := range b {
+			m[k] = v
+		}
+		return m, nil
+	}
 }
 
 func decodeHeld(id string, m map[string]string) (*HeldCall, error) {
@@ -378,19 +519,14 @@ func (s *store) list(ctx context.Context, st Status, offset, limit int64) ([]*He
 	if err != nil {
 		return nil, fmt.Errorf("approval: list %s: %w", st, err)
 	}
-	pipe := s.rc.Pipeline()
-	cmds := make([]*redis.MapStringStringCmd, len(ids))
-	for i, id := range ids {
-		cmds[i] = pipe.HGetAll(ctx, s.callKey(id))
-	}
-	if len(ids) > 0 {
-		if _, err := pipe.Exec(ctx); err != nil {
-			return nil, fmt.Errorf("approval: list %s: %w", st, err)
-		}
-	}
+	read := s.read(ctx, ids)
 	out := make([]*HeldCall, 0, len(ids))
 	for i, id := range ids {
-		if m := cmds[i].Val(); len(m) > 0 {
+		m, err := read(i)
+		if err != nil {
+			return nil, fmt.Errorf("approval: list %s: %w", st, err)
+		}
+		if len(m) > 0 {
 			h, err := decodeHeld(id, m)
 			if err != nil {
 				return nil, err
@@ -401,10 +537,15 @@ func (s *store) list(ctx context.Context, st Status, offset, limit int64) ([]*He
 	return out, nil
 }
 
-// AuditEvent is one entry of the append-only audit log.
+// AuditEvent is one entry of the append-only audit log, as the API and
+// windlass approvals audit print it.
 type AuditEvent struct {
-	// ID is the Redis stream entry id (time-ordered).
+	// ID is the Redis stream entry id (time-ordered): the cursor of
+	// GET /v1/audit?after=.
 	ID string `json:"id"`
+	// Time is when the entry was written (from its id, to the
+	// millisecond).
+	Time time.Time `json:"time"`
 	// Event is requested, approval, edited, approved, rejected, expired,
 	// canceled or released.
 	Event string `json:"event"`
@@ -417,9 +558,17 @@ type AuditEvent struct {
 	Fields map[string]string `json:"fields,omitempty"`
 }
 
-// audit reads the audit log from the start, up to count entries.
-func (s *store) audit(ctx context.Context, count int64) ([]AuditEvent, error) {
-	msgs, err := s.rc.XRangeN(ctx, s.auditKey(), "-", "+", count).Result()
+// audit reads up to count entries of the audit log: from the start, from
+// since (when not zero), or after the entry after (when not empty).
+func (s *store) audit(ctx context.Context, since time.Time, after string, count int64) ([]AuditEvent, error) {
+	start := "-"
+	switch {
+	case after != "":
+		start = "(" + after
+	case !since.IsZero():
+		start = strconv.FormatInt(since.UnixMilli(), 10)
+	}
+	msgs, err := s.rc.XRangeN(ctx, s.auditKey(), start, "+", count).Result()
 	if err != nil {
 		return nil, fmt.Errorf("approval: audit: %w", err)
 	}
@@ -431,7 +580,7 @@ func (s *store) audit(ctx context.Context, count int64) ([]AuditEvent, error) {
 }
 
 func auditEvent(m redis.XMessage) AuditEvent {
-	ev := AuditEvent{ID: m.ID, Fields: map[string]string{}}
+	ev := AuditEvent{ID: m.ID, Time: auditTime(m.ID), Fields: map[string]string{}}
 	for k, v := range m.Values {
 		sv, _ := v.(string)
 		switch k {

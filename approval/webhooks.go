@@ -22,17 +22,18 @@ var webhookTypes = map[string]string{
 	"canceled":  "approval.canceled",
 }
 
-// WebhookNotifier returns a Config.Notify that posts approval.requested,
-// approval.approved, approval.rejected, approval.expired and
-// approval.canceled (the caller canceled the held call; actor "caller") to
-// the sender's endpoints, signed per Standard Webhooks. approval.approved
-// comes once the approved call was released to its tool, naming as actor
-// the reviewer whose approval decided it. The webhook-id is derived from
-// the audit entry, so it stays the same across retries and restarts. An
-// event the sender gave up on (retries exhausted, endpoint gone) is logged
-// by the sender and not retried again; an interrupted delivery (the service
-// stopping) is retried when the service starts again.
-func WebhookNotifier(sender *webhook.Sender) func(context.Context, AuditEvent, *HeldCall) error {
+// webhookNotify returns the queue function of the sender's endpoint url
+// (see Config.Webhooks): it posts approval.requested, approval.approved,
+// approval.rejected, approval.expired and approval.canceled (the caller
+// canceled the held call; actor "caller") to that endpoint, signed per
+// Standard Webhooks. approval.approved comes once the approved call was
+// released to its tool, naming as actor the reviewer whose approval decided
+// it. The webhook-id is derived from the audit entry, so it stays the same
+// across retries, restarts, replicas and endpoints. An event the sender
+// gave up on (retries exhausted, endpoint gone) is logged by the sender and
+// not retried again; an interrupted delivery (the replica stopping) is
+// retried by this replica's next start or claimed by another replica.
+func webhookNotify(sender *webhook.Sender, url string) func(context.Context, AuditEvent, *HeldCall) error {
 	return func(ctx context.Context, ev AuditEvent, call *HeldCall) error {
 		typ, ok := webhookTypes[ev.Event]
 		if !ok {
@@ -46,10 +47,9 @@ func WebhookNotifier(sender *webhook.Sender) func(context.Context, AuditEvent, *
 		if call != nil {
 			data["call"] = call
 		}
-		for _, r := range sender.Deliver(ctx, webhook.Event{ID: "msg_" + strings.ReplaceAll(ev.ID, ".", "_"), Type: typ, Timestamp: auditTime(ev.ID), Data: data}) {
-			if r.Err != nil && (errors.Is(r.Err, context.Canceled) || errors.Is(r.Err, context.DeadlineExceeded)) && ctx.Err() != nil {
-				return r.Err
-			}
+		r := sender.DeliverTo(ctx, url, webhook.Event{ID: "msg_" + strings.ReplaceAll(ev.ID, ".", "_"), Type: typ, Timestamp: auditTime(ev.ID), Data: data})
+		if r.Err != nil && (errors.Is(r.Err, context.Canceled) || errors.Is(r.Err, context.DeadlineExceeded)) && ctx.Err() != nil {
+			return r.Err
 		}
 		return nil
 	}
@@ -65,7 +65,7 @@ func (s *Service) RecordWebhookAttempt(ctx context.Context, a webhook.Attempt) e
 		errText = a.Err.Error()
 	}
 	return s.cfg.Redis.XAdd(ctx, &redis.XAddArgs{
-		Stream: s.cfg.Prefix + "webhooks", MaxLen: 100000, Approx: true,
+		Stream: s.store.webhooksKey(), MaxLen: 100000, Approx: true,
 		Values: []any{"url", a.URL, "event_id", a.EventID, "attempt", a.Number, "status", a.StatusCode,
 			"error", errText, "duration_ms", a.Duration.Milliseconds(), "next_delay_ms", a.NextDelay.Milliseconds()},
 	}).Err()

@@ -68,7 +68,7 @@ func TestWebhooksReachADashboardThatWasDown(t *testing.T) {
 	}
 	defer sender.CloseIdleConnections()
 	f.stopSvc()
-	f.cfg.Notify = approval.WebhookNotifier(sender)
+	f.cfg.Webhooks = sender
 	f.startService()
 
 	approved := f.submit(payArgs{To: "a", Amount: 1})
@@ -148,7 +148,7 @@ func TestApprovedWebhookSaysReleased(t *testing.T) {
 	defer sender.CloseIdleConnections()
 	f := newFleet(t, map[string]approval.ToolPolicy{"pay": {RequiredApprovals: 2}})
 	f.stopSvc()
-	f.cfg.Notify = approval.WebhookNotifier(sender)
+	f.cfg.Webhooks = sender
 	f.startService()
 
 	id := f.submit(payArgs{To: "a", Amount: 1})

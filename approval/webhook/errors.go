@@ -19,6 +19,9 @@ var (
 	// whose event cannot be sent (bad id or type, data that does not
 	// marshal to JSON). Nothing was sent.
 	ErrInvalidEvent = errors.New("webhook: invalid event")
+	// ErrUnknownEndpoint is reported by [Sender.DeliverTo] for a URL that
+	// is not one of the Sender's endpoints.
+	ErrUnknownEndpoint = errors.New("webhook: unknown endpoint")
 
 	// ErrMissingHeaders is returned by [Verify] when webhook-id,
 	// webhook-timestamp or webhook-signature is absent; the wrapping error

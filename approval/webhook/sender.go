@@ -382,6 +382,34 @@ func (s *Sender) Deliver(ctx context.Context, ev Event) []Result {
 	return results
 }
 
+// URLs returns the configured endpoints' URLs, in Config order: each names
+// one endpoint for [Sender.DeliverTo].
+func (s *Sender) URLs() []string {
+	out := make([]string, len(s.endpoints))
+	for i, ep := range s.endpoints {
+		out[i] = ep.url
+	}
+	return out
+}
+
+// DeliverTo posts ev to the one endpoint configured with url, retrying as
+// Deliver does, and returns its Result: so that a caller can give each
+// endpoint a queue of its own, and one slow endpoint hold back no other.
+// A url that is not configured gives a Result wrapping
+// [ErrUnknownEndpoint]; nothing is sent.
+func (s *Sender) DeliverTo(ctx context.Context, url string, ev Event) Result {
+	for i := range s.endpoints {
+		if ep := &s.endpoints[i]; ep.url == url {
+			id, body, err := encode(ev)
+			if err != nil {
+				return Result{URL: url, EventID: id, Err: fmt.Errorf("webhook: delivering %s to %s: %w", id, ep.redacted, err)}
+			}
+			return s.deliverTo(ctx, ep, id, body)
+		}
+	}
+	return Result{URL: url, EventID: ev.ID, Err: fmt.Errorf("%w: %q is not one of the sender's endpoints", ErrUnknownEndpoint, url)}
+}
+
 // outcome is what one attempt came to.
 type outcome struct {
 	status     int

@@ -140,7 +140,7 @@ func serveApproval(ctx context.Context, svc *approval.Service, ln net.Listener) 
 type approvalOptions struct {
 	releaseKey, reviewers, policies *string
 	webhookURLs, webhookSecrets     *string
-	window                          *time.Duration
+	window, retention               *time.Duration
 	allowPrivateWebhooks            *bool
 	extraReviewers                  []approval.Reviewer
 	signer                          *release.Signer
@@ -155,6 +155,7 @@ func approvalFlags(fs *flag.FlagSet) *approvalOptions {
 		webhookURLs:          stringFlag(fs, "webhook-urls", "", "comma-separated dashboard webhook URLs"),
 		webhookSecrets:       stringFlag(fs, "webhook-secrets", "", "comma-separated whsec_ secrets (several during rotation)"),
 		window:               durationFlag(fs, "window", approval.DefaultWindow, "default approval window"),
+		retention:            durationFlag(fs, "retention", approval.DefaultRetention, "how long decided calls and the audit and webhook logs are kept (export the audit log with windlass approvals audit)"),
 		allowPrivateWebhooks: boolFlag(fs, "allow-private-webhooks", false, "allow webhook URLs on loopback or private addresses (development)"),
 	}
 }
@@ -182,7 +183,7 @@ func (a *approvalOptions) service(nc *nats.Conn, rc redis.UniversalClient, reg *
 		return nil, nil, err
 	}
 	cfg := approval.Config{Conn: nc, Redis: rc, Registry: reg, Signer: signer, Reviewers: reviewers,
-		Policies: policies, DefaultWindow: *a.window, Replicas: a.replicas, Prefix: strings.TrimSuffix(prefix, ":") + ":approval:", Logger: log}
+		Policies: policies, DefaultWindow: *a.window, Retention: *a.retention, Replicas: a.replicas, Prefix: strings.TrimSuffix(prefix, ":") + ":approval:", Logger: log}
 	var svc *approval.Service
 	closeHooks := func() {}
 	if urls := splitList(*a.webhookURLs); len(urls) > 0 {
@@ -210,7 +211,7 @@ func (a *approvalOptions) service(nc *nats.Conn, rc redis.UniversalClient, reg *
 		if err != nil {
 			return nil, nil, fmt.Errorf("--webhook-urls: %w", err)
 		}
-		cfg.Notify = approval.WebhookNotifier(sender)
+		cfg.Webhooks = sender
 		closeHooks = sender.CloseIdleConnections
 	}
 	svc, err = approval.New(cfg)

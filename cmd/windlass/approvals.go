@@ -16,12 +16,13 @@ import (
 )
 
 func runApprovals(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("approvals", "approvals list [--status S] [--tool T] | approve ID | reject ID --reason TEXT", stderr)
+	fs := newFlags("approvals", "approvals list [--status S] [--tool T] | approve ID | reject ID --reason TEXT | audit --since TIME", stderr)
 	apiURL := stringFlag(fs, "approval-url", "", "the approval service's URL (default: the running 'windlass dev')")
 	token := stringFlag(fs, "token", "", "your reviewer bearer token (default: the running 'windlass dev''s)")
 	status := stringFlag(fs, "status", "pending", "list: pending, approved, rejected, expired or canceled")
 	tool := stringFlag(fs, "tool", "", "list: only this tool's calls")
 	reason := stringFlag(fs, "reason", "", "reject: why")
+	since := stringFlag(fs, "since", "", "audit: the entries written since this RFC 3339 time or this long ago (24h); default all kept")
 	asJSON := boolFlag(fs, "json", false, "print the API's JSON")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
@@ -29,7 +30,7 @@ func runApprovals(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	if len(pos) == 0 {
 		fs.Usage()
-		return &exitError{code: 2, err: errors.New("approvals needs list, approve ID or reject ID")}
+		return &exitError{code: 2, err: errors.New("approvals needs list, approve ID, reject ID or audit")}
 	}
 	if *apiURL == "" || *token == "" {
 		dev, err := readDiscovery()
@@ -40,6 +41,12 @@ func runApprovals(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	cl := &apiClient{base: strings.TrimSuffix(*apiURL, "/"), token: *token}
 	switch pos[0] {
+	case "audit":
+		from, err := parseSince(*since, time.Now())
+		if err != nil {
+			return &exitError{code: 2, err: err}
+		}
+		return exportAudit(ctx, cl, from, stdout)
 	case "list":
 		q := url.Values{"status": {*status}}
 		if *tool != "" {
@@ -97,7 +104,53 @@ func runApprovals(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		fmt.Fprintf(stdout, "%s: %s (approvers %v, released %v)\n", h.ID, h.Status, h.Approvers, h.Released)
 		return nil
 	}
-	return &exitError{code: 2, err: fmt.Errorf("approvals: unknown action %q (list, approve, reject)", pos[0])}
+	return &exitError{code: 2, err: fmt.Errorf("approvals: unknown action %q (list, approve, reject, audit)", pos[0])}
+}
+
+// parseSince reads --since: an RFC 3339 time, or a duration before now;
+// empty is the zero time (every entry kept).
+func parseSince(s string, now time.Time) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if d, err := time.ParseDuration(s); err == nil && d >= 0 {
+		return now.Add(-d), nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("--since %q: use an RFC 3339 time (2026-01-02T15:04:05Z) or a duration before now (24h)", s)
+	}
+	return t, nil
+}
+
+// exportAudit prints the audit entries written since from as JSON lines,
+// one entry a line (the fields of approval.AuditEvent), page by page.
+func exportAudit(ctx context.Context, cl *apiClient, from time.Time, stdout io.Writer) error {
+	q := url.Values{"limit": {"1000"}}
+	if !from.IsZero() {
+		q.Set("since", from.UTC().Format(time.RFC3339Nano))
+	}
+	enc := json.NewEncoder(stdout)
+	enc.SetEscapeHTML(false)
+	for {
+		var page struct {
+			Items     []json.RawMessage `json:"items"`
+			NextAfter string            `json:"next_after"`
+		}
+		if _, err := cl.do(ctx, "GET", "/v1/audit?"+q.Encode(), nil, &page); err != nil {
+			return err
+		}
+		for _, item := range page.Items {
+			if err := enc.Encode(item); err != nil {
+				return err
+			}
+		}
+		if page.NextAfter == "" {
+			return nil
+		}
+		q.Del("since")
+		q.Set("after", page.NextAfter)
+	}
 }
 
 type heldCall struct {
