@@ -13,6 +13,7 @@ import (
 
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/dispatcher"
+	"github.com/windlass-dev/windlass/limits"
 )
 
 // tellApprovalWait says on w that the gated call id waits for approval,
@@ -82,9 +83,17 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	// No environment fallback: one id for every call would make them all
 	// the same call (WINDLASS_ID is the worker's id besides).
 	callID := fs.String("id", "", "the call's id, e.g. the model's tool-call id (default: a new random id); a call id already accepted is not run again, its result is returned")
+	key := stringFlag(fs, "key", limits.DefaultKey, "the caller the call is counted for by the fleet's limits: a tenant's name (1-64 printable ASCII characters, no spaces, quotes, backslashes or braces)")
+	readLimits := limitsFlags(fs) // this command's dispatcher admits the call: give it the fleet's limits
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
+	}
+	if err := limits.ValidateKey(*key); err != nil {
+		return &exitError{code: 2, err: fmt.Errorf("--key: %w", err)}
+	}
+	if c.limits, err = readLimits(); err != nil {
+		return &exitError{code: 2, err: err}
 	}
 	if len(pos) < 1 || len(pos) > 2 {
 		fs.Usage()
@@ -115,7 +124,7 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	defer d.Close()
 
-	var opts []dispatcher.CallOption
+	opts := []dispatcher.CallOption{dispatcher.WithKey(*key)}
 	if *timeout > 0 {
 		opts = append(opts, dispatcher.WithTimeout(*timeout))
 	}
