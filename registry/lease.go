@@ -43,9 +43,10 @@ func (r *Registry) Advertise(ctx context.Context, ad Advertisement) (*Lease, err
 	l := &Lease{reg: r, ad: ad, started: time.Now(), done: make(chan struct{})}
 	if err := r.advertiseOnce(ctx, ad, l.started, &l.st); err != nil {
 		var conflict *ConflictError
-		if errors.As(err, &conflict) && l.st.holds {
-			// Another worker took a tool between the two passes: give
-			// back what this one took.
+		if errors.As(err, &conflict) && (l.st.holds || r.legacyOn()) {
+			// Another worker took a tool between the two passes, or the
+			// new layout refused what the legacy one took: give back
+			// what this one took.
 			_ = r.withdraw(ctx, ad.WorkerID, ad.names())
 		}
 		return nil, err
