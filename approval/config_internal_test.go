@@ -33,6 +33,8 @@ func TestConfigValidate(t *testing.T) {
 		{"negative payload limit", func(c *Config) { c.PayloadLimit = -1 }, "approval: Config.PayloadLimit must not be negative, got -1"},
 		{"negative queue allowance", func(c *Config) { c.QueueAllowance = -time.Second }, "approval: Config.QueueAllowance must not be negative, got -1s"},
 		{"negative replicas", func(c *Config) { c.Replicas = -1 }, "approval: Config.Replicas must not be negative, got -1"},
+		{"negative replica acks", func(c *Config) { c.ReplicaAcks = -1 }, "approval: Config.ReplicaAcks must not be negative, got -1"},
+		{"replica acks on a cluster", func(c *Config) { c.Redis, c.ReplicaAcks = &redis.ClusterClient{}, 1 }, "approval: Config.ReplicaAcks is not for a Redis Cluster client: WAIT cannot follow the connection that wrote; leave it 0"},
 		{"negative policy window", func(c *Config) {
 			c.Policies = map[string]ToolPolicy{"pay": {}, "refund": {Window: -time.Second}}
 		}, `approval: Config.Policies["refund"].Window must not be negative, got -1s`},

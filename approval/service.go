@@ -108,6 +108,15 @@ type Config struct {
 	// the audit log before (GET /v1/audit?since=, windlass approvals
 	// audit). Default 30 days.
 	Retention time.Duration
+	// ReplicaAcks is how many Redis replicas must have a held call before
+	// the service acknowledges the call's intake message (Redis WAIT, for
+	// up to ReplicaAckTimeout; fewer leaves the message to be redelivered
+	// and held again). Redis replicates asynchronously: with a master and
+	// replicas under Sentinel, set 1, so that a failover cannot lose a
+	// call the service took (see RELIABILITY.md, "Redis Sentinel
+	// failover"). Default 0: do not wait. Not with a Redis Cluster client,
+	// which cannot wait on the connection that wrote.
+	ReplicaAcks int
 	// Logger receives the service's logs. Default: discard.
 	Logger *slog.Logger
 	// TracerProvider records each hold as a span of its own ("approval_hold
@@ -178,6 +187,11 @@ func (c Config) validate() error {
 		return fmt.Errorf("approval: Config.Retention must not be negative, got %s", c.Retention)
 	case c.Replicas < 0:
 		return fmt.Errorf("approval: Config.Replicas must not be negative, got %d", c.Replicas)
+	case c.ReplicaAcks < 0:
+		return fmt.Errorf("approval: Config.ReplicaAcks must not be negative, got %d", c.ReplicaAcks)
+	}
+	if _, cluster := c.Redis.(*redis.ClusterClient); cluster && c.ReplicaAcks > 0 {
+		return errors.New("approval: Config.ReplicaAcks is not for a Redis Cluster client: WAIT cannot follow the connection that wrote; leave it 0")
 	}
 	for _, name := range slices.Sorted(maps.Keys(c.Policies)) {
 		switch p := c.Policies[name]; {
@@ -204,7 +218,7 @@ func New(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("approval: jetstream: %w", err)
 	}
-	return &Service{cfg: cfg, store: &store{rc: cfg.Redis, prefix: cfg.Prefix, retention: cfg.Retention}, js: js, auth: auth,
+	return &Service{cfg: cfg, store: &store{rc: cfg.Redis, prefix: cfg.Prefix, retention: cfg.Retention, replicaAcks: cfg.ReplicaAcks}, js: js, auth: auth,
 		tracer: telemetry.NewTracer(cfg.TracerProvider), metrics: telemetry.NewApprovalMetrics(cfg.MeterProvider),
 		rates: redis_rate.NewLimiter(cfg.Redis)}, nil
 }

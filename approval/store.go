@@ -96,10 +96,20 @@ type HeldCall struct {
 // call's bulk (the call message, its arguments) in a key of its own, tagged
 // by the call id, so that the bulk shards across a Redis Cluster.
 type store struct {
-	rc        redis.UniversalClient
-	prefix    string
-	retention time.Duration // how long a call's bulk outlives its window
+	rc          redis.UniversalClient
+	prefix      string
+	retention   time.Duration // how long a call's bulk outlives its window
+	replicaAcks int           // replicas that must have a hold (Config.ReplicaAcks)
 }
+
+// ReplicaAckTimeout bounds how long a hold waits for Config.ReplicaAcks
+// replicas to have it.
+const ReplicaAckTimeout = time.Second
+
+// ErrNotReplicated is a hold that fewer replicas than Config.ReplicaAcks
+// acknowledged within ReplicaAckTimeout: a failover now could lose it, so
+// the call is left for redelivery, to be held again.
+var ErrNotReplicated = errors.New("approval: the hold has not reached enough Redis replicas")
 
 // index is the hash tag of the state and the indexes.
 const index = "{index}:"
@@ -258,7 +268,32 @@ func (s *store) hold(ctx context.Context, h *HeldCall) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("approval: hold %q: %w", h.ID, err)
 	}
+	if err := s.waitReplicas(ctx, h); err != nil {
+		return false, err
+	}
 	return n == 1, nil
+}
+
+// waitReplicas waits until s.replicaAcks replicas have the hold of h (for
+// a call held before too: it may be held on a master that is no longer
+// followed). WAIT counts the writes of its own connection, and the hold's
+// two writes may have gone through others, so it follows a write of its
+// own on the same connection: the master's replication stream is ordered,
+// and a replica that has this write has the hold's.
+func (s *store) waitReplicas(ctx context.Context, h *HeldCall) error {
+	if s.replicaAcks <= 0 {
+		return nil
+	}
+	pipe := s.rc.Pipeline() // one connection
+	pipe.PExpireAt(ctx, s.bodyKey(h.ID), h.ExpiresAt.Add(s.retention))
+	acks := pipe.Do(ctx, "WAIT", s.replicaAcks, ReplicaAckTimeout.Milliseconds())
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("approval: hold %q: wait for replicas: %w", h.ID, err)
+	}
+	if got, _ := acks.Int64(); got < int64(s.replicaAcks) {
+		return fmt.Errorf("approval: hold %q: %d of %d replicas have it after %s: %w", h.ID, got, s.replicaAcks, ReplicaAckTimeout, ErrNotReplicated)
+	}
+	return nil
 }
 
 func boolField(b bool) string {

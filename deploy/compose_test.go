@@ -164,6 +164,9 @@ func TestCompose(t *testing.T) {
 	if len(urls) != 1 {
 		t.Errorf("compose.yaml: the windlass services use %d Redis URLs, want one: %v", len(urls), slices.Collect(maps.Keys(urls)))
 	}
+	if got := c.Services["approval"].Environment["WINDLASS_REPLICA_ACKS"]; got != "1" {
+		t.Errorf("compose.yaml: approval: WINDLASS_REPLICA_ACKS = %q; want \"1\": on Sentinel a failover would lose holds the replica never had", got)
+	}
 }
 
 // sentinelMonitor is the line of a Sentinel's configuration that names the

@@ -377,8 +377,22 @@ func checkDispatcherDeployment(t *testing.T, r rendered) {
 	if ptrValue(d.Spec.Replicas) != 1 || d.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
 		t.Errorf("windlass-dispatcher: %d replicas, strategy %s; want 1 and Recreate: two live pods would share the dispatcher id", ptrValue(d.Spec.Replicas), d.Spec.Strategy.Type)
 	}
-	if a := r.deployments["windlass-approval"]; a == nil || ptrValue(a.Spec.Replicas) < 2 {
+	a := r.deployments["windlass-approval"]
+	if a == nil || ptrValue(a.Spec.Replicas) < 2 {
 		t.Error("windlass-approval: want at least two replicas")
+		return
+	}
+	// On the Sentinel redis-url, a hold counts once the replica has it.
+	acks := ""
+	for _, c := range a.Spec.Template.Spec.Containers {
+		for _, e := range c.Env {
+			if e.Name == "WINDLASS_REPLICA_ACKS" {
+				acks = e.Value
+			}
+		}
+	}
+	if acks != "1" {
+		t.Errorf("windlass-approval: WINDLASS_REPLICA_ACKS = %q; want \"1\": on Sentinel a failover would lose holds the replica never had", acks)
 	}
 }
 

@@ -141,6 +141,7 @@ type approvalOptions struct {
 	releaseKey, reviewers, policies *string
 	webhookURLs, webhookSecrets     *string
 	window, retention               *time.Duration
+	replicaAcks                     *int
 	allowPrivateWebhooks            *bool
 	extraReviewers                  []approval.Reviewer
 	signer                          *release.Signer
@@ -156,6 +157,7 @@ func approvalFlags(fs *flag.FlagSet) *approvalOptions {
 		webhookSecrets:       stringFlag(fs, "webhook-secrets", "", "comma-separated whsec_ secrets (several during rotation)"),
 		window:               durationFlag(fs, "window", approval.DefaultWindow, "default approval window"),
 		retention:            durationFlag(fs, "retention", approval.DefaultRetention, "how long decided calls and the audit and webhook logs are kept (export the audit log with windlass approvals audit)"),
+		replicaAcks:          intFlag(fs, "replica-acks", 0, "Redis replicas that must have a held call before the service takes it (WAIT): 1 with Sentinel, so a failover loses no held call; 0 (no wait) with one Redis or a Cluster"),
 		allowPrivateWebhooks: boolFlag(fs, "allow-private-webhooks", false, "allow webhook URLs on loopback or private addresses (development)"),
 	}
 }
@@ -183,7 +185,7 @@ func (a *approvalOptions) service(nc *nats.Conn, rc redis.UniversalClient, reg *
 		return nil, nil, err
 	}
 	cfg := approval.Config{Conn: nc, Redis: rc, Registry: reg, Signer: signer, Reviewers: reviewers,
-		Policies: policies, DefaultWindow: *a.window, Retention: *a.retention, Replicas: a.replicas, Prefix: strings.TrimSuffix(prefix, ":") + ":approval:", Logger: log}
+		Policies: policies, DefaultWindow: *a.window, Retention: *a.retention, ReplicaAcks: *a.replicaAcks, Replicas: a.replicas, Prefix: strings.TrimSuffix(prefix, ":") + ":approval:", Logger: log}
 	var svc *approval.Service
 	closeHooks := func() {}
 	if urls := splitList(*a.webhookURLs); len(urls) > 0 {
