@@ -30,8 +30,13 @@ func mirror(runs *atomic.Int64) windlass.Tool {
 	return windlass.MustFunc("mirror", func(ctx context.Context, in mirrorArgs) (string, error) {
 		runs.Add(1)
 		return in.Text, nil
-	})
+	}, windlass.WithTimeout(largePayloadTimeout))
 }
+
+// largePayloadTimeout is the mirror tool's timeout: 50 MiB each way through
+// the object store, under -race on a loaded machine, can take longer than
+// the default 30 s; these tests are about the payload, not its speed.
+const largePayloadTimeout = 3 * time.Minute
 
 // bigText is n bytes of text with some variety (so a digest of a part
 // differs from another part's).

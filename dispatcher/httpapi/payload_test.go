@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/dispatcher"
@@ -27,7 +28,7 @@ func TestLargePayloads(t *testing.T) {
 		Text string `json:"text"`
 	}) (string, error) {
 		return in.Text, nil
-	})
+	}, windlass.WithTimeout(3*time.Minute)) // 50 MiB under -race on a loaded machine: past the default 30 s
 	fl.StartWorker(worker.Config{}, mirror)
 	d := fl.Dispatcher(dispatcher.Config{})
 	fleettest.WaitCatalog(t, d, "mirror")

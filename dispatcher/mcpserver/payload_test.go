@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -23,7 +24,7 @@ func TestLargePayloads(t *testing.T) {
 		Text string `json:"text"`
 	}) (string, error) {
 		return in.Text, nil
-	})
+	}, windlass.WithTimeout(3*time.Minute)) // 50 MiB under -race on a loaded machine: past the default 30 s
 	f.startWorker(worker.Config{}, mirror)
 	cs := connect(t, serve(t, mcpserver.Config{Dispatcher: f.Dispatcher(dispatcher.Config{})}), nil)
 	listTools(t, cs)
