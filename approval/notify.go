@@ -88,7 +88,7 @@ func (s *Service) notifyLoop(ctx context.Context, q queue) {
 			if ctx.Err() == nil && !errors.Is(err, redis.Nil) {
 				s.cfg.Logger.WarnContext(ctx, "approval: reading events failed", "group", q.group, "error", err)
 				retry.Sleep(ctx, waits.Next())
-				if strings.HasPrefix(err.Error(), "NOGROUP") {
+				if redis.HasErrorPrefix(err, "NOGROUP") {
 					// Redis was unreachable at start, or restarted empty.
 					s.createGroup(ctx, q.group)
 				}
@@ -114,7 +114,7 @@ func (s *Service) notifyLoop(ctx context.Context, q queue) {
 // so a webhook endpoint added later is not sent the history.
 func (s *Service) createGroup(ctx context.Context, group string) {
 	err := s.cfg.Redis.XGroupCreateMkStream(ctx, s.store.auditKey(), group, "$").Err()
-	if err != nil && !isBusyGroup(err) && ctx.Err() == nil {
+	if err != nil && !redis.HasErrorPrefix(err, "BUSYGROUP") && ctx.Err() == nil {
 		s.cfg.Logger.ErrorContext(ctx, "approval: cannot create the notification group; retrying", "group", group, "error", err)
 	}
 }
@@ -211,8 +211,4 @@ func (s *Service) readEvents(ctx context.Context, group, from string, count int6
 		return nil, err
 	}
 	return res[0].Messages, nil
-}
-
-func isBusyGroup(err error) bool {
-	return err != nil && strings.HasPrefix(err.Error(), "BUSYGROUP")
 }

@@ -227,10 +227,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	remove, err := claimDiscovery(discovery{NATSURL: natsURL, RedisURL: redisURL, ApprovalURL: approvalURL, APIURL: apiURL, ReviewerToken: devToken, PID: os.Getpid()})
 	if err != nil {
-		if _, running := errors.AsType[*devRunningError](err); running {
-			return err
-		}
-		return fmt.Errorf("write %s: %w", discoveryPath(), err)
+		return err
 	}
 	defer remove()
 

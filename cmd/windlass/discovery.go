@@ -86,6 +86,11 @@ func checkNoDev() error {
 // replaced. remove deletes the file if it is still d's.
 func claimDiscovery(d discovery) (remove func(), err error) {
 	p := discoveryPath()
+	defer func() {
+		if _, running := errors.AsType[*devRunningError](err); err != nil && !running {
+			err = fmt.Errorf("write the discovery file %s: %w", p, err)
+		}
+	}()
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		return nil, err
 	}
