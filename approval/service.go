@@ -29,6 +29,7 @@ import (
 	"github.com/windlass-dev/windlass/internal/retry"
 	"github.com/windlass-dev/windlass/internal/telemetry"
 	"github.com/windlass-dev/windlass/internal/textcut"
+	"github.com/windlass-dev/windlass/limits"
 	"github.com/windlass-dev/windlass/registry"
 )
 
@@ -142,6 +143,7 @@ type Service struct {
 	tracer   telemetry.Tracer
 	metrics  *telemetry.ApprovalMetrics // nil: metrics off
 	rates    *redis_rate.Limiter        // the reviewers' decision rates
+	slots    *limits.Enforcer           // frees the admission slots of the calls it answers
 }
 
 // withDefaults returns c with every zero field set to its default: the one
@@ -220,7 +222,7 @@ func New(cfg Config) (*Service, error) {
 	}
 	return &Service{cfg: cfg, store: &store{rc: cfg.Redis, prefix: cfg.Prefix, retention: cfg.Retention, replicaAcks: cfg.ReplicaAcks}, js: js, auth: auth,
 		tracer: telemetry.NewTracer(cfg.TracerProvider), metrics: telemetry.NewApprovalMetrics(cfg.MeterProvider),
-		rates: redis_rate.NewLimiter(cfg.Redis)}, nil
+		rates: redis_rate.NewLimiter(cfg.Redis), slots: cfg.Registry.Limits()}, nil
 }
 
 func (s *Service) policy(tool string) ToolPolicy {
@@ -244,6 +246,7 @@ const intakeConcurrency = 32
 // ones, finishes releases a crash interrupted and feeds Notify, until ctx
 // ends.
 func (s *Service) Run(ctx context.Context) error {
+	defer s.slots.Wait() // the slots its answers freed are written
 	opts := layout.StreamOptions{Replicas: s.cfg.Replicas}
 	if err := layout.EnsureStreams(ctx, s.js, layout.AllStreams(opts)...); err != nil {
 		return fmt.Errorf("approval: %w", err)
@@ -499,7 +502,8 @@ func (s *Service) answer(ctx context.Context, h *HeldCall, code windlass.ErrorCo
 		origin = "anonymous"
 	}
 	m := &nats.Msg{Subject: layout.ResultSubject(origin, h.ID), Data: data, Header: nats.Header{
-		nats.MsgIdHdr: []string{layout.ResultMsgID(h.ID)}, layout.HeaderProtocol: []string{fmt.Sprint(windlass.ProtocolVersion)}}}
+		nats.MsgIdHdr: []string{layout.ResultMsgID(h.ID)}, layout.HeaderProtocol: []string{fmt.Sprint(windlass.ProtocolVersion)},
+		layout.HeaderSlot: []string{layout.SlotFreed}}}
 	// Retried for a while: the decision is recorded, and its caller waits
 	// for this answer.
 	err := retry.Do(context.WithoutCancel(ctx), retry.Policy{Initial: 50 * time.Millisecond, For: answerRetry, PerAttempt: retry.WriteTimeout}, func(ctx context.Context) error {
@@ -511,7 +515,11 @@ func (s *Service) answer(ctx context.Context, h *HeldCall, code windlass.ErrorCo
 	})
 	if err != nil {
 		s.cfg.Logger.ErrorContext(ctx, "approval: could not answer the caller", "call_id", h.ID, "code", code, "error", err)
+		return
 	}
+	// Its answer is stored: the admission slot the call took, if any, is
+	// free (see package limits, "A call's slot").
+	s.slots.FreeCall(h.Tool, call.Key, h.ID)
 }
 
 // maxAnswerText bounds the text of the service's answers (a rejection's

@@ -209,6 +209,9 @@ func (d *Dispatcher) prepare(ctx context.Context, name string, args any, opts []
 	if d.tracer.Enabled() {
 		size += traceHeaderReserve // traceparent, injected by publish
 	}
+	if d.admission.enforcer != nil {
+		size += slotHeaderReserve // set by publish if admission takes a slot
+	}
 	if info.Spec.RequiresApproval {
 		size += release.Reserve // the approval service publishes it again, with its release
 	}
@@ -296,6 +299,9 @@ func (d *Dispatcher) publish(ctx context.Context, p *prepared) (duplicate bool, 
 	}
 	if err := d.admit(ctx, p); err != nil {
 		return false, err
+	}
+	if p.held != nil {
+		p.msg.Header[layout.HeaderSlot] = slotHeldHeader
 	}
 	// Never try to publish past the call's own deadline (Call's ctx ends
 	// there already).

@@ -86,7 +86,16 @@ func (d *Dispatcher) Cancel(ctx context.Context, callID, reason string) error {
 		nats.MsgIdHdr: []string{layout.ResultMsgID(callID)}, layout.HeaderProtocol: []string{protocolVersion},
 	}}
 	layout.SetCallRecord(m.Header, k.rec.queuedAt, k.rec.deadline, k.rec.argsHash, k.rec.key)
+	e := d.admission.enforcer
+	if e != nil {
+		m.Header[layout.HeaderSlot] = []string{layout.SlotFreed}
+	}
 	ack, err := d.js.PublishMsg(ctx, m)
+	if err == nil && e != nil {
+		// Stored (or another answer was): the call's slot, if it holds
+		// one, is free, whichever dispatcher admitted it.
+		e.FreeCall(k.rec.tool, k.rec.key, callID)
+	}
 	if err != nil {
 		// The cancellation is recorded: the worker that holds or pulls
 		// the call answers it canceled.

@@ -205,7 +205,9 @@ func New(ctx context.Context, cfg Config) (*Dispatcher, error) {
 		// bound they were given to a calls stream that exists.
 		// Not fatal: the stream takes calls without it. Under the
 		// shipped NATS permissions (deploy/nats/accounts.conf) only the
-		// approval role may update the stream, and the request times out.
+		// approval role may update the stream: the server refuses the
+		// request, which then times out once (not asked again), and the
+		// warning names the grant.
 		bound, err := layout.BoundCalls(ctx, js, opts)
 		if err != nil {
 			cfg.Logger.WarnContext(ctx, "dispatcher: could not bound the calls stream; it keeps its bound",
@@ -295,13 +297,14 @@ func (d *Dispatcher) onResult(m *nats.Msg) {
 		d.cfg.Logger.Warn("dispatcher: undecodable result dropped", "subject", m.Subject, "error", err)
 		return
 	}
-	d.deliver(r)
+	d.deliver(r, m.Header.Get(layout.HeaderSlot) == layout.SlotFreed)
 }
 
-// deliver hands r to the caller waiting for it on this instance, if any.
-func (d *Dispatcher) deliver(r windlass.ToolResult) {
+// deliver hands r to the caller waiting for it on this instance, if any;
+// slotFreed: the one that stored r frees the call's slot.
+func (d *Dispatcher) deliver(r windlass.ToolResult, slotFreed bool) {
 	d.countResult(r)
-	d.admission.ended(r.CallID)
+	d.admission.ended(r.CallID, slotFreed)
 	ch, ok := d.pending.LoadAndDelete(r.CallID)
 	if !ok {
 		d.unclaimed.Add(1)
@@ -370,7 +373,7 @@ func (d *Dispatcher) sweep() {
 		r, err := d.Result(ctx, id)
 		switch {
 		case err == nil:
-			d.deliver(r)
+			d.deliver(r, false) // a second free of a freed slot does nothing
 			found++
 		case !errors.Is(err, ErrNoResult):
 			again = append(again, id)

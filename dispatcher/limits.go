@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/windlass-dev/windlass"
+	"github.com/windlass-dev/windlass/internal/layout"
 	"github.com/windlass-dev/windlass/limits"
 )
 
@@ -127,6 +128,13 @@ type heldSlot struct {
 	slot  *limits.Slot
 	lapse time.Time
 }
+
+// slotHeldHeader is the value of the slot header of every call that
+// holds a slot; shared, never modified.
+var slotHeldHeader = []string{layout.SlotHeld}
+
+// slotHeaderReserve is the room the slot header takes in a call message.
+const slotHeaderReserve = len(layout.HeaderSlot) + len(layout.SlotHeld) + len(": \r\n")
 
 // slotGrace is how long past its deadline a call's slot lapses when no
 // result frees it: as resultGrace, by when no worker still runs it.
@@ -298,9 +306,11 @@ func keyOf(opts []CallOption) string {
 	return o.key
 }
 
-// ended frees the slot of a call whose result reached this instance.
-func (a *admission) ended(callID string) {
-	if v, ok := a.slots.LoadAndDelete(callID); ok {
+// ended forgets the slot of a call whose result reached this instance,
+// and frees it unless the one that stored the result does (freed: the
+// result says so, see layout.HeaderSlot).
+func (a *admission) ended(callID string, freed bool) {
+	if v, ok := a.slots.LoadAndDelete(callID); ok && !freed {
 		a.free(v.(*heldSlot).slot)
 	}
 }

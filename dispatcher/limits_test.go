@@ -360,3 +360,89 @@ func TestCapHoldsUnderConcurrentSubmits(t *testing.T) {
 	t.Logf("two dispatchers admitted %d under a cap of %d", n, capacity)
 	fleettest.WaitFor(t, 10*time.Second, "the slots of key two recorded", func() bool { return used("two") == n })
 }
+
+// TestSlotIsFreedWhereverTheCallEnds: a call's admission slot is freed
+// once its answer is stored, by whoever stores it, not only by the
+// dispatcher that admitted it. A dispatcher that submits a call and goes
+// away (a CLI's call --async) leaves no slot held until long after the
+// call's deadline: another dispatcher admits the key's next call as soon
+// as the first has ended.
+func TestSlotIsFreedWhereverTheCallEnds(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		// noWorker: the call stays queued, with no worker to run it.
+		noWorker bool
+		// end ends the call id that a dispatcher, now closed, admitted;
+		// b is another dispatcher of the fleet.
+		end func(t *testing.T, b *dispatcher.Dispatcher, id string, release chan struct{})
+	}{
+		{name: "answered by its worker", end: func(t *testing.T, b *dispatcher.Dispatcher, id string, release chan struct{}) {
+			close(release)
+		}},
+		{name: "canceled through another dispatcher while queued", noWorker: true, end: func(t *testing.T, b *dispatcher.Dispatcher, id string, release chan struct{}) {
+			if err := b.Cancel(t.Context(), id, "not needed any more"); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := fleettest.New(t)
+			release := make(chan struct{})
+			var started atomic.Int64
+			work := windlass.MustFunc("work", func(ctx context.Context, in struct {
+				Block bool `json:"block"`
+			}) (string, error) {
+				if in.Block {
+					started.Add(1)
+					select {
+					case <-release:
+					case <-ctx.Done():
+						return "", ctx.Err()
+					}
+				}
+				return "done", nil
+			})
+			w := f.StartWorker(worker.Config{}, work)
+			cfg := dispatcher.Config{Limits: limits.Config{Default: limits.Limit{MaxInFlight: 1}}}
+			a, b := f.Dispatcher(cfg), f.Dispatcher(cfg)
+			fleettest.WaitCatalog(t, a, "work")
+			fleettest.WaitCatalog(t, b, "work")
+			if tc.noWorker {
+				if err := w.Stop(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Its slot would lapse 11 minutes from now, long after the
+			// test's bound below.
+			id, err := a.Submit(t.Context(), "work", `{"block":true}`, dispatcher.WithKey("tenant"),
+				dispatcher.WithTimeout(10*time.Minute), dispatcher.AllowNoWorker())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tc.noWorker {
+				fleettest.WaitFor(t, 30*time.Second, "the call running", func() bool { return started.Load() == 1 })
+			}
+			if err := a.Close(); err != nil { // the dispatcher that admitted it is gone
+				t.Fatal(err)
+			}
+			_, err = b.Submit(t.Context(), "work", `{"block":false}`, dispatcher.WithKey("tenant"), dispatcher.AllowNoWorker())
+			if code, _ := refusedWith(err); code != windlass.CodeRateLimited {
+				t.Fatalf("a second call of the key while the first holds its slot = %v; want rate_limited", err)
+			}
+
+			tc.end(t, b, id, release)
+			if _, err := b.Wait(t.Context(), id); err != nil {
+				t.Fatal(err)
+			}
+			const bound = 20 * time.Second // the free is written behind the answer; a loaded machine
+			begin := time.Now()
+			fleettest.WaitFor(t, bound, "the key's next call admitted by another dispatcher", func() bool {
+				_, err := b.Submit(t.Context(), "work", `{"block":false}`, dispatcher.WithKey("tenant"), dispatcher.AllowNoWorker())
+				return err == nil
+			})
+			t.Logf("the key's next call was admitted %s after the first call's answer", time.Since(begin))
+		})
+	}
+}

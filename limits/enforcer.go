@@ -210,6 +210,17 @@ func (e *Enforcer) Free(s *Slot) {
 	}
 }
 
+// FreeCall frees the slot of call callID of tool under key, if it holds
+// one, like Free, for a process that did not take it: the one that stored
+// the call's answer (see the package doc, "A call's slot"). Freeing a
+// slot nobody holds does nothing.
+func (e *Enforcer) FreeCall(tool, key, callID string) {
+	if key == "" {
+		key = DefaultKey
+	}
+	e.Free(&Slot{tool: tool, key: key, callID: callID})
+}
+
 // Wait waits until the slots taken and freed so far are written (or
 // failed to be).
 func (e *Enforcer) Wait() { e.records.pending.wait() }

@@ -134,6 +134,9 @@ func (w *Worker) resultMessage(d *delivery, result windlass.ToolResult) (windlas
 	if d.meta != nil {
 		layout.SetCallRecord(m.Header, d.meta.Timestamp, d.call.Deadline, d.msg.Headers().Get(layout.HeaderArgsHash), d.call.Key)
 	}
+	if w.freesSlot(d) {
+		m.Header[layout.HeaderSlot] = slotFreedHeader
+	}
 	var err error
 	if payload.Inline(result, w.inline) {
 		if m.Data, err = json.Marshal(result); err != nil {
@@ -281,4 +284,18 @@ func validOrigin(s string) bool {
 		return false
 	}
 	return windlass.ValidateName(s) == nil
+}
+
+// slotFreedHeader is the slot header of an answer whose storing frees
+// its call's admission slot; shared, never modified.
+var slotFreedHeader = []string{layout.SlotFreed}
+
+// freesSlot reports whether the worker frees d's admission slot once its
+// answer is stored (see package limits, "A call's slot"): a call whose
+// message says it holds one, and a gated call (its release, published by
+// the approval service, does not carry the caller's message's headers;
+// freeing a slot it does not hold does nothing). Without a registry the
+// worker has no Redis to free it in, and leaves it to the dispatcher.
+func (w *Worker) freesSlot(d *delivery) bool {
+	return w.rates != nil && d.msg != nil && (d.msg.Headers().Get(layout.HeaderSlot) == layout.SlotHeld || d.t.spec.RequiresApproval)
 }

@@ -352,6 +352,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	log.InfoContext(ctx, "worker: serving", "tools", w.order)
 	w.serve(ctx, tools, consumers, log)
 	w.pipe.close() // serve returned once every call was concluded
+	if w.rates != nil {
+		w.rates.Wait() // the slots its answers freed are written
+	}
 	w.withdraw(ctx, lease, log)
 	log.InfoContext(ctx, "worker: stopped")
 	return nil

@@ -82,6 +82,18 @@ const (
 	// HeaderTraceparent carries the call's W3C trace context when tracing
 	// is on (the W3C name; internal/telemetry writes and reads it).
 	HeaderTraceparent = "traceparent"
+	// HeaderSlot, on a call message, says the call holds an admission
+	// slot (value SlotHeld): whoever stores its answer frees the slot once
+	// the answer is stored (package limits, "A call's slot"). On a result
+	// it says the one that stored it frees the slot (value SlotFreed), so
+	// the dispatcher that admitted the call, if it still runs, need not.
+	HeaderSlot = "Windlass-Slot"
+)
+
+// Values of [HeaderSlot].
+const (
+	SlotHeld  = "held"
+	SlotFreed = "freed"
 )
 
 // CallSubject is the subject of one call of a tool:
@@ -644,12 +656,31 @@ func BoundCalls(ctx context.Context, js jetstream.JetStream, o StreamOptions) (*
 		change = &CallsBound{FromMaxMsgs: cur.MaxMsgs, ToMaxMsgs: want, FromDiscard: cur.Discard, ToDiscard: jetstream.DiscardNew}
 		cur.MaxMsgs, cur.Discard = want, jetstream.DiscardNew
 		_, err = js.UpdateStream(ctx, cur)
+		if errors.Is(err, context.DeadlineExceeded) && deniedPublish(js.Conn(), "STREAM.UPDATE."+CallsStream) {
+			// The server refused the request rather than not answering
+			// it: asking again waits as long for the same refusal.
+			return retry.Permanent(fmt.Errorf("%w: this NATS user may not update the stream (%w)", ErrNotPermitted, js.Conn().LastError()))
+		}
 		return onlyTimeoutsAgain(ctx, err)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("layout: bound the calls stream to %d calls: %w", o.callsMaxMsgs(), err)
 	}
 	return change, nil
+}
+
+// ErrNotPermitted is a request the NATS server refused for the
+// connection's permissions: it reports a violation to the connection
+// (nats.ErrPermissionViolation) and never answers, so the request only
+// times out.
+var ErrNotPermitted = errors.New("layout: not permitted")
+
+// deniedPublish reports whether the last error the server sent nc is a
+// permissions violation of a publish to a subject containing subject: why
+// a request to it timed out.
+func deniedPublish(nc *nats.Conn, subject string) bool {
+	err := nc.LastError()
+	return errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), "Publish to") && strings.Contains(err.Error(), subject)
 }
 
 // boundHolds reports whether a calls stream configured as cur has the
