@@ -52,6 +52,12 @@ type ToolPolicy struct {
 	// ForbidSelfApproval refuses an approval by the call's requester
 	// (metadata "requester"): separation of duties.
 	ForbidSelfApproval bool
+	// ReviewerGroups names the reviewer groups whose members may see and
+	// decide the tool's calls (Reviewer.Groups); others get ErrNotAllowed
+	// (403) and do not see the calls in lists or the audit log. None: any
+	// reviewer may. A call keeps the groups of the policy it was held
+	// under (HeldCall.ReviewerGroups), as it keeps its RequiredApprovals.
+	ReviewerGroups []string
 }
 
 // Config configures a [Service]. Zero values mean the documented defaults.
@@ -200,6 +206,34 @@ func (c Config) validate() error {
 		case p.RequiredApprovals < 0:
 			return fmt.Errorf("approval: Config.Policies[%q].RequiredApprovals must not be negative, got %d", name, p.RequiredApprovals)
 		}
+		for _, g := range c.Policies[name].ReviewerGroups {
+			if err := ValidateGroup(g); err != nil {
+				return fmt.Errorf("approval: Config.Policies[%q].ReviewerGroups: %w", name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// checkGroups refuses a policy that names reviewer groups with fewer
+// members among the reviewers than the approvals it requires: nobody
+// could ever approve its calls (a group's name mistyped, say).
+func (c Config) checkGroups(auth *authenticator) error {
+	for _, name := range slices.Sorted(maps.Keys(c.Policies)) {
+		p := c.Policies[name]
+		if len(p.ReviewerGroups) == 0 {
+			continue
+		}
+		members := 0
+		for _, r := range c.Reviewers {
+			if auth.mayDecide(r.Name, p.ReviewerGroups) {
+				members++
+			}
+		}
+		if need := max(p.RequiredApprovals, 1); members < need {
+			return fmt.Errorf("approval: Config.Policies[%q].ReviewerGroups %v: %d reviewer(s) belong to them, fewer than the %d approval(s) the tool requires; nobody could approve its calls (check the groups' names and Config.Reviewers' Groups)",
+				name, p.ReviewerGroups, members, need)
+		}
 	}
 	return nil
 }
@@ -212,6 +246,9 @@ func New(cfg Config) (*Service, error) {
 	}
 	auth, err := newAuthenticator(cfg.Reviewers)
 	if err != nil {
+		return nil, err
+	}
+	if err := cfg.checkGroups(auth); err != nil {
 		return nil, err
 	}
 	js, err := jetstream.New(cfg.Conn)
@@ -227,6 +264,7 @@ func (s *Service) policy(tool string) ToolPolicy {
 	p := s.cfg.Policies[tool]
 	p.Window = cmp.Or(p.Window, s.cfg.DefaultWindow)
 	p.RequiredApprovals = cmp.Or(p.RequiredApprovals, 1)
+	p.ReviewerGroups = normalizeGroups(p.ReviewerGroups)
 	return p
 }
 
@@ -413,7 +451,7 @@ func (s *Service) intake(ctx context.Context, msg jetstream.Msg) {
 	}
 	h := &HeldCall{ID: call.ID, Tool: call.Name, Arguments: args, ArgsHash: argsHash, SpecHash: call.SpecHash,
 		Requester: call.Metadata["requester"], Metadata: call.Metadata, RequestedAt: now, ExpiresAt: expires,
-		Status: StatusPending, RequiredApprovals: p.RequiredApprovals, call: &call,
+		Status: StatusPending, RequiredApprovals: p.RequiredApprovals, ReviewerGroups: p.ReviewerGroups, call: &call,
 		origin: msg.Headers().Get(layout.HeaderOrigin), forbidSelf: p.ForbidSelfApproval,
 		traceparent: msg.Headers().Get(layout.HeaderTraceparent)}
 	if call.ArgumentsRef != nil {
@@ -485,7 +523,7 @@ func (s *Service) answerExpired(ctx context.Context, ids []string) {
 			continue
 		}
 		s.ended(ctx, h, StatusExpired)
-		s.answer(ctx, h, windlass.CodeExpired, fmt.Sprintf("The call to %q was not approved within its approval window (it expired at %s) and was not run.", h.Tool, h.ExpiresAt.Format(time.RFC3339)))
+		s.answer(ctx, h, windlass.CodeExpired, ExpiredMessage(h))
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/approval"
 	"github.com/windlass-dev/windlass/approval/release"
 	"github.com/windlass-dev/windlass/approval/webhook"
@@ -151,8 +152,8 @@ type approvalOptions struct {
 func approvalFlags(fs *flag.FlagSet) *approvalOptions {
 	return &approvalOptions{
 		releaseKey:           stringFlag(fs, "release-key", "", "the service's Ed25519 private key, ed25519:<base64> (windlass approval keygen)"),
-		reviewers:            stringFlag(fs, "reviewers", "", "comma-separated name=<sha256 of token> (windlass approval token NAME)"),
-		policies:             stringFlag(fs, "policies", "", "per-tool policies: tool:window=10m:approvals=2:no-self, comma-separated"),
+		reviewers:            stringFlag(fs, "reviewers", "", "comma-separated name=<sha256 of token>[:groups=g1+g2] (windlass approval token NAME)"),
+		policies:             stringFlag(fs, "policies", "", "per-tool policies: tool:window=10m:approvals=2:no-self:reviewers=g1+g2, comma-separated (reviewers=: only those groups' reviewers may see and decide the tool's calls)"),
 		webhookURLs:          stringFlag(fs, "webhook-urls", "", "comma-separated dashboard webhook URLs"),
 		webhookSecrets:       stringFlag(fs, "webhook-secrets", "", "comma-separated whsec_ secrets (several during rotation)"),
 		window:               durationFlag(fs, "window", approval.DefaultWindow, "default approval window"),
@@ -176,7 +177,7 @@ func (a *approvalOptions) service(nc *nats.Conn, rc redis.UniversalClient, reg *
 	for _, r := range splitList(*a.reviewers) {
 		rv, err := approval.ParseReviewer(r)
 		if err != nil {
-			return nil, nil, fmt.Errorf("--reviewers: %w", err)
+			return nil, nil, fmt.Errorf("--reviewers entry %q: %w", r, err)
 		}
 		reviewers = append(reviewers, rv)
 	}
@@ -233,11 +234,17 @@ func splitList(s string) []string {
 	return out
 }
 
-// parsePolicies reads "tool:window=10m:approvals=2:no-self,other:...".
+// parsePolicies reads "tool:window=10m:approvals=2:no-self:reviewers=finance+ops,other:...".
 func parsePolicies(s string) (map[string]approval.ToolPolicy, error) {
 	out := map[string]approval.ToolPolicy{}
 	for _, entry := range splitList(s) {
 		parts := strings.Split(entry, ":")
+		if err := windlass.ValidateName(parts[0]); err != nil {
+			return nil, fmt.Errorf("--policies %q: the entry must start with a tool's name: %w", entry, err)
+		}
+		if _, dup := out[parts[0]]; dup {
+			return nil, fmt.Errorf("--policies %q: tool %q has a policy already; give each tool one entry", entry, parts[0])
+		}
 		var p approval.ToolPolicy
 		for _, opt := range parts[1:] {
 			k, v, _ := strings.Cut(opt, "=")
@@ -249,8 +256,14 @@ func parsePolicies(s string) (map[string]approval.ToolPolicy, error) {
 				p.RequiredApprovals, err = strconv.Atoi(v)
 			case "no-self":
 				p.ForbidSelfApproval = true
+			case "reviewers":
+				if p.ReviewerGroups != nil {
+					err = errors.New("reviewers= given twice")
+				} else {
+					p.ReviewerGroups, err = approval.ParseGroups(v)
+				}
 			default:
-				err = fmt.Errorf("unknown option %q (use window=, approvals=, no-self)", k)
+				err = fmt.Errorf("unknown option %q (use window=, approvals=, no-self, reviewers=g1+g2)", k)
 			}
 			if err != nil {
 				return nil, fmt.Errorf("--policies %q: %w", entry, err)
