@@ -206,21 +206,28 @@ func (c Config) validate() error {
 		case p.RequiredApprovals < 0:
 			return fmt.Errorf("approval: Config.Policies[%q].RequiredApprovals must not be negative, got %d", name, p.RequiredApprovals)
 		}
-		for _, g := range c.Policies[name].ReviewerGroups {
-			if err := ValidateGroup(g); err != nil {
-				return fmt.Errorf("approval: Config.Policies[%q].ReviewerGroups: %w", name, err)
-			}
-		}
 	}
 	return nil
 }
 
-// checkGroups refuses a policy that names reviewer groups with fewer
-// members among the reviewers than the approvals it requires: nobody
-// could ever approve its calls (a group's name mistyped, say).
-func (c Config) checkGroups(auth *authenticator) error {
+// ValidateReviewers checks Reviewers and the policies' ReviewerGroups, and
+// nothing else (no client is needed): what [New] refuses of them. A
+// reviewer or a group with an invalid name is refused, and so is a policy
+// that names groups with fewer members among the reviewers than the
+// approvals it requires: nobody could ever approve its calls (a group's
+// name mistyped, say). The error names the field and the rule.
+func (c Config) ValidateReviewers() error {
+	auth, err := newAuthenticator(c.Reviewers)
+	if err != nil {
+		return err
+	}
 	for _, name := range slices.Sorted(maps.Keys(c.Policies)) {
 		p := c.Policies[name]
+		for _, g := range p.ReviewerGroups {
+			if err := ValidateGroup(g); err != nil {
+				return fmt.Errorf("approval: Config.Policies[%q].ReviewerGroups: %w", name, err)
+			}
+		}
 		if len(p.ReviewerGroups) == 0 {
 			continue
 		}
@@ -244,11 +251,11 @@ func New(cfg Config) (*Service, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	auth, err := newAuthenticator(cfg.Reviewers)
-	if err != nil {
+	if err := cfg.ValidateReviewers(); err != nil {
 		return nil, err
 	}
-	if err := cfg.checkGroups(auth); err != nil {
+	auth, err := newAuthenticator(cfg.Reviewers)
+	if err != nil {
 		return nil, err
 	}
 	js, err := jetstream.New(cfg.Conn)

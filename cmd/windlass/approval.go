@@ -85,6 +85,9 @@ func runApproval(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if len(pos) > 0 {
 		return &exitError{code: 2, err: fmt.Errorf("approval: unknown argument %q (subcommands: keygen, token)", pos[0])}
 	}
+	if err := a.parse(); err != nil {
+		return err
+	}
 	sess, err := c.open("approval", stderr)
 	if err != nil {
 		return err
@@ -145,6 +148,9 @@ type approvalOptions struct {
 	replicaAcks                     *int
 	allowPrivateWebhooks            *bool
 	extraReviewers                  []approval.Reviewer
+	parsedReviewers                 []approval.Reviewer // --reviewers, read by parse
+	parsedPolicies                  map[string]approval.ToolPolicy
+	parsed                          bool
 	signer                          *release.Signer
 	replicas                        int // of the streams the service creates; 0 is 1
 }
@@ -173,20 +179,12 @@ func (a *approvalOptions) service(nc *nats.Conn, rc redis.UniversalClient, reg *
 		}
 		signer = release.NewSigner(key)
 	}
-	reviewers := append([]approval.Reviewer(nil), a.extraReviewers...)
-	for _, r := range splitList(*a.reviewers) {
-		rv, err := approval.ParseReviewer(r)
-		if err != nil {
-			return nil, nil, fmt.Errorf("--reviewers entry %q: %w", r, err)
-		}
-		reviewers = append(reviewers, rv)
-	}
-	policies, err := parsePolicies(*a.policies)
-	if err != nil {
+	if err := a.parse(); err != nil {
 		return nil, nil, err
 	}
+	reviewers := append(slices.Clone(a.extraReviewers), a.parsedReviewers...)
 	cfg := approval.Config{Conn: nc, Redis: rc, Registry: reg, Signer: signer, Reviewers: reviewers,
-		Policies: policies, DefaultWindow: *a.window, Retention: *a.retention, ReplicaAcks: *a.replicaAcks, Replicas: a.replicas, Prefix: strings.TrimSuffix(prefix, ":") + ":approval:", Logger: log}
+		Policies: a.parsedPolicies, DefaultWindow: *a.window, Retention: *a.retention, ReplicaAcks: *a.replicaAcks, Replicas: a.replicas, Prefix: strings.TrimSuffix(prefix, ":") + ":approval:", Logger: log}
 	var svc *approval.Service
 	closeHooks := func() {}
 	if urls := splitList(*a.webhookURLs); len(urls) > 0 {
@@ -217,11 +215,38 @@ func (a *approvalOptions) service(nc *nats.Conn, rc redis.UniversalClient, reg *
 		cfg.Webhooks = sender
 		closeHooks = sender.CloseIdleConnections
 	}
-	svc, err = approval.New(cfg)
-	if err != nil {
+	var err error
+	if svc, err = approval.New(cfg); err != nil {
 		return nil, nil, err
 	}
 	return svc, closeHooks, nil
+}
+
+// parse reads --reviewers and --policies and checks them together, as the
+// service would (approval.Config.ValidateReviewers), before anything is
+// opened: a bad entry is a usage error (exit code 2) naming the entry and
+// the rule.
+func (a *approvalOptions) parse() error {
+	if a.parsed {
+		return nil
+	}
+	var reviewers []approval.Reviewer
+	for _, r := range splitList(*a.reviewers) {
+		rv, err := approval.ParseReviewer(r)
+		if err != nil {
+			return &exitError{code: 2, err: fmt.Errorf("--reviewers entry %q: %w", r, err)}
+		}
+		reviewers = append(reviewers, rv)
+	}
+	policies, err := parsePolicies(*a.policies)
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	if err := (approval.Config{Reviewers: reviewers, Policies: policies}).ValidateReviewers(); err != nil {
+		return &exitError{code: 2, err: fmt.Errorf("--reviewers, --policies: %w", err)}
+	}
+	a.parsedReviewers, a.parsedPolicies, a.parsed = reviewers, policies, true
+	return nil
 }
 
 func splitList(s string) []string {
