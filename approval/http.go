@@ -33,7 +33,8 @@ import (
 // is refused 403 not_allowed.
 //
 // Every /v1 request needs "Authorization: Bearer <reviewer token>" (the
-// scheme in any case); there is no anonymous access. Decisions must be JSON
+// scheme in any case), or, from a trusted proxy, the reviewer's name in
+// Config.IdentityHeader; there is no anonymous access. Decisions must be JSON
 // (the media type application/json, parameters such as charset allowed),
 // which a cross-site form cannot send, and a request
 // whose Origin header names another host is refused; decisions are rate
@@ -65,8 +66,16 @@ func (s *Service) authed(h reviewerHandler) http.HandlerFunc {
 				return
 			}
 		}
-		token, _ := bearer.FromRequest(r) // the scheme in any case (RFC 7235)
-		name, valid := s.auth.reviewer(token)
+		name, idErr := s.proxyReviewer(r)
+		if idErr != nil {
+			writeError(w, idErr.status, idErr.code, idErr.message)
+			return
+		}
+		valid := name != ""
+		if !valid {
+			token, _ := bearer.FromRequest(r) // the scheme in any case (RFC 7235)
+			name, valid = s.auth.reviewer(token)
+		}
 		if !valid {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="windlass-approval"`)
 			writeError(w, http.StatusUnauthorized, "unauthorized", "a valid reviewer bearer token is required")

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -123,6 +124,19 @@ type Config struct {
 	// failover"). Default 0: do not wait. Not with a Redis Cluster client,
 	// which cannot wait on the connection that wrote.
 	ReplicaAcks int
+	// IdentityHeader, with TrustedProxies, names the header in which an
+	// authenticating proxy in front of the service (oauth2-proxy's
+	// X-Forwarded-User, say) names the reviewer: a request from one of
+	// TrustedProxies that carries it is that reviewer's, without a bearer
+	// token; the name must be a configured reviewer's (their groups are
+	// the configured ones). A request from any other address carrying the
+	// header is refused (403 untrusted_identity), never taken at its word.
+	// Empty: reviewers are known by their bearer tokens only.
+	IdentityHeader string
+	// TrustedProxies are the addresses (the TCP peer, not a forwarded-for
+	// header) whose IdentityHeader is believed. Required with
+	// IdentityHeader, and only with it.
+	TrustedProxies []netip.Prefix
 	// Logger receives the service's logs. Default: discard.
 	Logger *slog.Logger
 	// TracerProvider records each hold as a span of its own ("approval_hold
@@ -195,6 +209,9 @@ func (c Config) validate() error {
 		return fmt.Errorf("approval: Config.Replicas must not be negative, got %d", c.Replicas)
 	case c.ReplicaAcks < 0:
 		return fmt.Errorf("approval: Config.ReplicaAcks must not be negative, got %d", c.ReplicaAcks)
+	}
+	if err := c.validateIdentity(); err != nil {
+		return err
 	}
 	if _, cluster := c.Redis.(*redis.ClusterClient); cluster && c.ReplicaAcks > 0 {
 		return errors.New("approval: Config.ReplicaAcks is not for a Redis Cluster client: WAIT cannot follow the connection that wrote; leave it 0")

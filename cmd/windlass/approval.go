@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -143,6 +144,7 @@ func serveApproval(ctx context.Context, svc *approval.Service, ln net.Listener) 
 // approvalOptions are the approval service's flags.
 type approvalOptions struct {
 	releaseKey, reviewers, policies *string
+	identityHeader, trustedProxies  *string
 	webhookURLs, webhookSecrets     *string
 	window, retention               *time.Duration
 	replicaAcks                     *int
@@ -150,6 +152,7 @@ type approvalOptions struct {
 	extraReviewers                  []approval.Reviewer
 	parsedReviewers                 []approval.Reviewer // --reviewers, read by parse
 	parsedPolicies                  map[string]approval.ToolPolicy
+	parsedProxies                   []netip.Prefix
 	parsed                          bool
 	signer                          *release.Signer
 	replicas                        int // of the streams the service creates; 0 is 1
@@ -160,6 +163,8 @@ func approvalFlags(fs *flag.FlagSet) *approvalOptions {
 		releaseKey:           stringFlag(fs, "release-key", "", "the service's Ed25519 private key, ed25519:<base64> (windlass approval keygen)"),
 		reviewers:            stringFlag(fs, "reviewers", "", "comma-separated name=<sha256 of token>[:groups=g1+g2] (windlass approval token NAME)"),
 		policies:             stringFlag(fs, "policies", "", "per-tool policies: tool:window=10m:approvals=2:no-self:reviewers=g1+g2, comma-separated (reviewers=: only those groups' reviewers may see and decide the tool's calls)"),
+		identityHeader:       stringFlag(fs, "identity-header", "", "the header in which an authenticating proxy names the reviewer (X-Forwarded-User); believed only from --trusted-proxies, refused from elsewhere"),
+		trustedProxies:       stringFlag(fs, "trusted-proxies", "", "comma-separated addresses or CIDRs of the proxies whose --identity-header is believed (the TCP peer's address)"),
 		webhookURLs:          stringFlag(fs, "webhook-urls", "", "comma-separated dashboard webhook URLs"),
 		webhookSecrets:       stringFlag(fs, "webhook-secrets", "", "comma-separated whsec_ secrets (several during rotation)"),
 		window:               durationFlag(fs, "window", approval.DefaultWindow, "default approval window"),
@@ -184,7 +189,7 @@ func (a *approvalOptions) service(nc *nats.Conn, rc redis.UniversalClient, reg *
 	}
 	reviewers := append(slices.Clone(a.extraReviewers), a.parsedReviewers...)
 	cfg := approval.Config{Conn: nc, Redis: rc, Registry: reg, Signer: signer, Reviewers: reviewers,
-		Policies: a.parsedPolicies, DefaultWindow: *a.window, Retention: *a.retention, ReplicaAcks: *a.replicaAcks, Replicas: a.replicas, Prefix: strings.TrimSuffix(prefix, ":") + ":approval:", Logger: log}
+		Policies: a.parsedPolicies, IdentityHeader: *a.identityHeader, TrustedProxies: a.parsedProxies, DefaultWindow: *a.window, Retention: *a.retention, ReplicaAcks: *a.replicaAcks, Replicas: a.replicas, Prefix: strings.TrimSuffix(prefix, ":") + ":approval:", Logger: log}
 	var svc *approval.Service
 	closeHooks := func() {}
 	if urls := splitList(*a.webhookURLs); len(urls) > 0 {
@@ -245,7 +250,21 @@ func (a *approvalOptions) parse() error {
 	if err := (approval.Config{Reviewers: reviewers, Policies: policies}).ValidateReviewers(); err != nil {
 		return &exitError{code: 2, err: fmt.Errorf("--reviewers, --policies: %w", err)}
 	}
-	a.parsedReviewers, a.parsedPolicies, a.parsed = reviewers, policies, true
+	var proxies []netip.Prefix
+	for _, p := range splitList(*a.trustedProxies) {
+		prefix, err := netip.ParsePrefix(p)
+		if addr, aerr := netip.ParseAddr(p); err != nil && aerr == nil {
+			prefix, err = addr.Prefix(addr.BitLen()) // one address
+		}
+		if err != nil {
+			return &exitError{code: 2, err: fmt.Errorf("--trusted-proxies entry %q: want an IP address or a CIDR (10.0.0.0/8)", p)}
+		}
+		proxies = append(proxies, prefix.Masked())
+	}
+	if (*a.identityHeader == "") != (len(proxies) == 0) {
+		return &exitError{code: 2, err: errors.New("--identity-header and --trusted-proxies go together: the header is believed only from those addresses")}
+	}
+	a.parsedReviewers, a.parsedPolicies, a.parsedProxies, a.parsed = reviewers, policies, proxies, true
 	return nil
 }
 

@@ -50,6 +50,9 @@ func TestReviewerGroupFlagsRefusedAtStart(t *testing.T) {
 		{"PolicyGroupTooSmall", []string{"approval", "--reviewers", "alice=" + hash + ":groups=finance", "--policies", "pay:approvals=2:reviewers=finance"},
 			`[finance]: 1 reviewer(s) belong to them, fewer than the 2 approval(s) the tool requires`},
 		{"DevPolicyGroupWithoutReviewers", []string{"dev", "--policies", "pay:reviewers=finance"}, `0 reviewer(s) belong to them`},
+		{"IdentityHeaderWithoutProxies", []string{"approval", "--identity-header", "X-Forwarded-User"}, "--identity-header and --trusted-proxies go together"},
+		{"TrustedProxyNotAnAddress", []string{"approval", "--identity-header", "X-Forwarded-User", "--trusted-proxies", "10.0.0.0/8,proxy.local"},
+			`--trusted-proxies entry "proxy.local": want an IP address or a CIDR (10.0.0.0/8)`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
