@@ -84,7 +84,8 @@ func (e *InvalidArgumentsError) Error() string { return "approval: edited argume
 // Unwrap returns the validation error (a *windlass.ArgumentError).
 func (e *InvalidArgumentsError) Unwrap() error { return e.Err }
 
-// Get returns one held call.
+// Get returns one held call, whatever its reviewer groups ([Service.GetAs]
+// checks a reviewer's).
 func (s *Service) Get(ctx context.Context, id string) (*HeldCall, error) {
 	return s.store.get(ctx, id)
 }
