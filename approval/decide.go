@@ -28,6 +28,9 @@ var (
 	ErrNoReviewer = errors.New("approval: a decision needs a reviewer")
 	// ErrReasonTooLong: a rejection's reason over MaxReason bytes (400).
 	ErrReasonTooLong = fmt.Errorf("approval: reason: at most %d bytes", MaxReason)
+	// ErrNotAllowed: the reviewer is in none of the groups that may
+	// decide the call's tool (ToolPolicy.ReviewerGroups) (403).
+	ErrNotAllowed = errors.New("approval: this reviewer is in none of the reviewer groups that may see and decide this call")
 )
 
 // MaxReason bounds a rejection's reason, which the caller's result quotes.
@@ -81,7 +84,8 @@ func (e *InvalidArgumentsError) Error() string { return "approval: edited argume
 // Unwrap returns the validation error (a *windlass.ArgumentError).
 func (e *InvalidArgumentsError) Unwrap() error { return e.Err }
 
-// Get returns one held call.
+// Get returns one held call, whatever its reviewer groups ([Service.GetAs]
+// checks a reviewer's).
 func (s *Service) Get(ctx context.Context, id string) (*HeldCall, error) {
 	return s.store.get(ctx, id)
 }
@@ -92,6 +96,9 @@ type Filter struct {
 	Status Status
 	// Tool keeps only this tool's calls when set.
 	Tool string
+	// Reviewer, when set, keeps only the calls this reviewer may see and
+	// decide (see ToolPolicy.ReviewerGroups).
+	Reviewer string
 	// Offset and Limit page the result (newest first); Limit defaults to 50.
 	Offset, Limit int
 }
@@ -116,7 +123,7 @@ func (s *Service) List(ctx context.Context, f Filter) ([]*HeldCall, int, error) 
 			return nil, 0, err
 		}
 		for i, h := range page {
-			if f.Tool == "" || h.Tool == f.Tool {
+			if (f.Tool == "" || h.Tool == f.Tool) && (f.Reviewer == "" || s.auth.mayDecide(f.Reviewer, h.ReviewerGroups)) {
 				out = append(out, h)
 				if len(out) == f.Limit {
 					return out, int(offset) + i + 1, nil
@@ -174,12 +181,12 @@ func (s *Service) Approve(ctx context.Context, id, reviewer, argsHash string, ed
 	if reviewer == "" {
 		return nil, ErrNoReviewer
 	}
+	h, err := s.allowed(ctx, id, reviewer)
+	if err != nil {
+		return nil, err
+	}
 	d := decision{approve: true, reviewer: reviewer, seenHash: argsHash}
 	if len(edited) > 0 {
-		h, err := s.store.get(ctx, id)
-		if err != nil {
-			return nil, err
-		}
 		if err := s.validateEdit(ctx, h.Tool, edited); err != nil {
 			return nil, err
 		}
@@ -196,16 +203,54 @@ func (s *Service) Approve(ctx context.Context, id, reviewer, argsHash string, ed
 	return s.decide(ctx, id, d)
 }
 
+// RejectOption is an option of [Service.Reject].
+type RejectOption func(*decision)
+
+// NoRetry rejects "do not retry": the caller's result tells the model not
+// to make the call again, with these or other arguments (see
+// [RejectedMessage]); the held call shows NoRetry.
+func NoRetry() RejectOption { return func(d *decision) { d.noRetry = true } }
+
 // Reject records reviewer's rejection of call id with a reason; the caller
-// receives a rejected result naming the reviewer and the reason.
-func (s *Service) Reject(ctx context.Context, id, reviewer, reason string) (*HeldCall, error) {
+// receives a rejected result ([RejectedMessage]) naming the reviewer and
+// the reason, and saying whether the model may try again with changes or
+// (with [NoRetry]) must not.
+func (s *Service) Reject(ctx context.Context, id, reviewer, reason string, opts ...RejectOption) (*HeldCall, error) {
 	if reviewer == "" {
 		return nil, ErrNoReviewer
 	}
 	if len(reason) > MaxReason {
 		return nil, ErrReasonTooLong
 	}
-	return s.decide(ctx, id, decision{reviewer: reviewer, reason: reason})
+	if _, err := s.allowed(ctx, id, reviewer); err != nil {
+		return nil, err
+	}
+	d := decision{reviewer: reviewer, reason: reason}
+	for _, o := range opts {
+		o(&d)
+	}
+	return s.decide(ctx, id, d)
+}
+
+// allowed returns the held call id if reviewer may see and decide it, else
+// ErrNotAllowed (before anything of the call is shown, a 409's first
+// decision included). A call's groups never change once it is held, so
+// the check needs no part in the decision's script.
+func (s *Service) allowed(ctx context.Context, id, reviewer string) (*HeldCall, error) {
+	h, err := s.store.get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if !s.auth.mayDecide(reviewer, h.ReviewerGroups) {
+		return nil, ErrNotAllowed
+	}
+	return h, nil
+}
+
+// GetAs returns one held call if reviewer may see it (ErrNotAllowed if the
+// call's tool is for other reviewer groups).
+func (s *Service) GetAs(ctx context.Context, id, reviewer string) (*HeldCall, error) {
+	return s.allowed(ctx, id, reviewer)
 }
 
 // fits checks that the held call with args can still be released: its
@@ -284,8 +329,7 @@ func (s *Service) decide(ctx context.Context, id string, d decision) (*HeldCall,
 	switch verdict[0] {
 	case "rejected":
 		s.ended(ctx, h, StatusRejected)
-		reason := cmpReason(d.reason)
-		s.answer(ctx, h, windlass.CodeRejected, fmt.Sprintf("The call to %q was rejected by %s: %s", h.Tool, d.reviewer, reason))
+		s.answer(ctx, h, windlass.CodeRejected, RejectedMessage(h))
 	case "approved":
 		s.ended(ctx, h, StatusApproved)
 		if err := s.release(ctx, h); err != nil {
@@ -297,11 +341,4 @@ func (s *Service) decide(ctx context.Context, id string, d decision) (*HeldCall,
 		h.Released = true
 	}
 	return h, nil
-}
-
-func cmpReason(r string) string {
-	if strings.TrimSpace(r) == "" {
-		return "no reason given"
-	}
-	return r
 }

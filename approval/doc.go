@@ -42,6 +42,12 @@
 //   - [ToolPolicy] sets per tool the window, how many distinct reviewers must
 //     approve, and whether the requester (metadata "requester") may approve
 //     their own call.
+//   - [ToolPolicy].ReviewerGroups names the reviewer groups
+//     ([Reviewer].Groups) that may see and decide a tool's calls; others get
+//     [ErrNotAllowed] (403) and do not see the calls in lists or the audit
+//     log. A held call keeps its policy's groups ([HeldCall].ReviewerGroups).
+//   - A rejection may say "do not retry" ([NoRetry]); the caller's result
+//     tells the model so ([RejectedMessage], [ExpiredMessage]).
 //   - Reviewers authenticate with bearer tokens the service stores as SHA-256
 //     hashes and compares in constant time; every decision records who made
 //     it.
@@ -92,7 +98,8 @@
 //	<p>{index}:call:<id>         HASH  its state: args_hash, approved_args, tool, spec_hash,
 //	                                   requester, origin, requested_ms, expires_ms, required,
 //	                                   forbid_self, status, approvers, rejected_by, reason,
-//	                                   decided_ms, released, traceparent
+//	                                   decided_ms, released, traceparent, reviewer_groups,
+//	                                   no_retry
 //	<p>{index}:pending           ZSET  pending ids by expiry (unix ms)
 //	<p>{index}:status:<status>   ZSET  ids by request time (pending) or decision time
 //	                                   (the others: the retention trims by it)

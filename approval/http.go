@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-redis/redis_rate/v10"
@@ -21,12 +22,19 @@ import (
 //	GET  /v1/approvals?status=pending&tool=NAME&offset=0&limit=50  list held calls
 //	GET  /v1/approvals/{id}                                        one held call
 //	POST /v1/approvals/{id}/approve  {"args_hash": "...", "arguments": {...}?}
-//	POST /v1/approvals/{id}/reject   {"reason": "..."}
+//	POST /v1/approvals/{id}/reject   {"reason": "...", "no_retry": false}
 //	GET  /v1/audit?since=RFC3339&after=ID&limit=N                  the audit log, a page
+//	GET  /v1/me                                                    {"name": "...", "groups": [...]}
 //	GET  /                                                         the dashboard page
 //
+// A reviewer sees and decides only the calls of tools whose policy names
+// none of the reviewer groups or one of theirs (ToolPolicy.ReviewerGroups):
+// others are left out of lists and the audit log, and a request for one
+// is refused 403 not_allowed.
+//
 // Every /v1 request needs "Authorization: Bearer <reviewer token>" (the
-// scheme in any case); there is no anonymous access. Decisions must be JSON
+// scheme in any case), or, from a trusted proxy, the reviewer's name in
+// Config.IdentityHeader; there is no anonymous access. Decisions must be JSON
 // (the media type application/json, parameters such as charset allowed),
 // which a cross-site form cannot send, and a request
 // whose Origin header names another host is refused; decisions are rate
@@ -41,6 +49,7 @@ func (s *Service) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/approvals/{id}/approve", s.authed(s.limited(s.handleApprove)))
 	mux.HandleFunc("POST /v1/approvals/{id}/reject", s.authed(s.limited(s.handleReject)))
 	mux.HandleFunc("GET /v1/audit", s.authed(s.handleAudit))
+	mux.HandleFunc("GET /v1/me", s.authed(s.handleMe))
 	mux.HandleFunc("GET /{$}", serveDashboard)
 	return mux
 }
@@ -57,8 +66,16 @@ func (s *Service) authed(h reviewerHandler) http.HandlerFunc {
 				return
 			}
 		}
-		token, _ := bearer.FromRequest(r) // the scheme in any case (RFC 7235)
-		name, valid := s.auth.reviewer(token)
+		name, idErr := s.proxyReviewer(r)
+		if idErr != nil {
+			writeError(w, idErr.status, idErr.code, idErr.message)
+			return
+		}
+		valid := name != ""
+		if !valid {
+			token, _ := bearer.FromRequest(r) // the scheme in any case (RFC 7235)
+			name, valid = s.auth.reviewer(token)
+		}
 		if !valid {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="windlass-approval"`)
 			writeError(w, http.StatusUnauthorized, "unauthorized", "a valid reviewer bearer token is required")
@@ -90,7 +107,7 @@ func (s *Service) limited(h reviewerHandler) reviewerHandler {
 	}
 }
 
-func (s *Service) handleList(w http.ResponseWriter, r *http.Request, _ string) {
+func (s *Service) handleList(w http.ResponseWriter, r *http.Request, reviewer string) {
 	q := r.URL.Query()
 	offset, err1 := atoiDefault(q.Get("offset"), 0)
 	limit, err2 := atoiDefault(q.Get("limit"), 50)
@@ -98,7 +115,7 @@ func (s *Service) handleList(w http.ResponseWriter, r *http.Request, _ string) {
 		writeError(w, http.StatusBadRequest, "bad_request", "offset and limit must be non-negative integers")
 		return
 	}
-	calls, next, err := s.List(r.Context(), Filter{Status: Status(q.Get("status")), Tool: q.Get("tool"), Offset: offset, Limit: limit})
+	calls, next, err := s.List(r.Context(), Filter{Status: Status(q.Get("status")), Tool: q.Get("tool"), Reviewer: reviewer, Offset: offset, Limit: limit})
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
 		return
@@ -120,8 +137,8 @@ func atoiDefault(s string, def int) (int, error) {
 	return n, nil
 }
 
-func (s *Service) handleGet(w http.ResponseWriter, r *http.Request, _ string) {
-	h, err := s.Get(r.Context(), r.PathValue("id"))
+func (s *Service) handleGet(w http.ResponseWriter, r *http.Request, reviewer string) {
+	h, err := s.GetAs(r.Context(), r.PathValue("id"), reviewer)
 	if err != nil {
 		s.writeDecisionError(w, err)
 		return
@@ -132,8 +149,8 @@ func (s *Service) handleGet(w http.ResponseWriter, r *http.Request, _ string) {
 // handleArguments answers a held call's arguments as the caller sent
 // them, whole: for arguments by reference, fetched from the fleet's object
 // store and checked against their SHA-256 (the held call shows a preview).
-func (s *Service) handleArguments(w http.ResponseWriter, r *http.Request, _ string) {
-	h, err := s.Get(r.Context(), r.PathValue("id"))
+func (s *Service) handleArguments(w http.ResponseWriter, r *http.Request, reviewer string) {
+	h, err := s.GetAs(r.Context(), r.PathValue("id"), reviewer)
 	if err != nil {
 		s.writeDecisionError(w, err)
 		return
@@ -162,8 +179,11 @@ func (s *Service) handleArguments(w http.ResponseWriter, r *http.Request, _ stri
 
 // handleAudit answers a page of the audit log: GET /v1/audit?since=&after=&limit=
 // (see AuditFilter; since is RFC 3339). next_after is the cursor of the
-// next page, empty on the last.
-func (s *Service) handleAudit(w http.ResponseWriter, r *http.Request, _ string) {
+// next page, empty on the last. The entries of calls the reviewer may not
+// see (their reviewer_groups field names none of the reviewer's groups)
+// are left out, so a page may hold fewer than limit entries and still have
+// a next page: follow next_after until it is empty.
+func (s *Service) handleAudit(w http.ResponseWriter, r *http.Request, reviewer string) {
 	q := r.URL.Query()
 	n, err := atoiDefault(q.Get("limit"), defaultAuditPage)
 	if err != nil {
@@ -186,7 +206,33 @@ func (s *Service) handleAudit(w http.ResponseWriter, r *http.Request, _ string) 
 	if len(events) > 0 && len(events) == f.limit() {
 		next = events[len(events)-1].ID
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"items": events, "next_after": next})
+	visible := events[:0]
+	for _, ev := range events {
+		if s.auth.mayDecide(reviewer, auditGroups(ev)) {
+			visible = append(visible, ev)
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"items": visible, "next_after": next})
+}
+
+// auditGroups are the reviewer groups of the call of an audit entry
+// (written with every entry of a call whose tool's policy names groups).
+func auditGroups(ev AuditEvent) []string {
+	if g := ev.Fields["reviewer_groups"]; g != "" {
+		return strings.Split(g, ",")
+	}
+	return nil
+}
+
+// handleMe answers who the bearer token is: GET /v1/me, {"name": "...",
+// "groups": [...]} (groups sorted, [] for none), so that a dashboard can
+// say whose calls it shows.
+func (s *Service) handleMe(w http.ResponseWriter, _ *http.Request, reviewer string) {
+	groups := s.auth.groups[reviewer]
+	if groups == nil {
+		groups = []string{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"name": reviewer, "groups": groups})
 }
 
 // decodeBody reads a JSON decision body of at most 1 MiB.
@@ -230,12 +276,17 @@ func (s *Service) handleApprove(w http.ResponseWriter, r *http.Request, reviewer
 
 func (s *Service) handleReject(w http.ResponseWriter, r *http.Request, reviewer string) {
 	var body struct {
-		Reason string `json:"reason"`
+		Reason  string `json:"reason"`
+		NoRetry bool   `json:"no_retry"`
 	}
 	if !decodeBody(w, r, &body) {
 		return
 	}
-	h, err := s.Reject(r.Context(), r.PathValue("id"), reviewer, body.Reason)
+	var opts []RejectOption
+	if body.NoRetry {
+		opts = append(opts, NoRetry())
+	}
+	h, err := s.Reject(r.Context(), r.PathValue("id"), reviewer, body.Reason, opts...)
 	if err != nil {
 		s.writeDecisionError(w, err)
 		return
@@ -262,6 +313,8 @@ func (s *Service) writeDecisionError(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusNotFound, "not_found", err.Error())
 	case errors.Is(err, ErrArgsMismatch):
 		writeError(w, http.StatusPreconditionFailed, "args_hash_mismatch", err.Error())
+	case errors.Is(err, ErrNotAllowed):
+		writeError(w, http.StatusForbidden, "not_allowed", err.Error())
 	case errors.Is(err, ErrSelfApproval):
 		writeError(w, http.StatusForbidden, "self_approval", err.Error())
 	case errors.Is(err, ErrAlreadyApproved):

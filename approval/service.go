@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -53,6 +54,12 @@ type ToolPolicy struct {
 	// ForbidSelfApproval refuses an approval by the call's requester
 	// (metadata "requester"): separation of duties.
 	ForbidSelfApproval bool
+	// ReviewerGroups names the reviewer groups whose members may see and
+	// decide the tool's calls (Reviewer.Groups); others get ErrNotAllowed
+	// (403) and do not see the calls in lists or the audit log. None: any
+	// reviewer may. A call keeps the groups of the policy it was held
+	// under (HeldCall.ReviewerGroups), as it keeps its RequiredApprovals.
+	ReviewerGroups []string
 }
 
 // Config configures a [Service]. Zero values mean the documented defaults.
@@ -118,6 +125,19 @@ type Config struct {
 	// failover"). Default 0: do not wait. Not with a Redis Cluster client,
 	// which cannot wait on the connection that wrote.
 	ReplicaAcks int
+	// IdentityHeader, with TrustedProxies, names the header in which an
+	// authenticating proxy in front of the service (oauth2-proxy's
+	// X-Forwarded-User, say) names the reviewer: a request from one of
+	// TrustedProxies that carries it is that reviewer's, without a bearer
+	// token; the name must be a configured reviewer's (their groups are
+	// the configured ones). A request from any other address carrying the
+	// header is refused (403 untrusted_identity), never taken at its word.
+	// Empty: reviewers are known by their bearer tokens only.
+	IdentityHeader string
+	// TrustedProxies are the addresses (the TCP peer, not a forwarded-for
+	// header) whose IdentityHeader is believed. Required with
+	// IdentityHeader, and only with it.
+	TrustedProxies []netip.Prefix
 	// Logger receives the service's logs. Default: discard.
 	Logger *slog.Logger
 	// TracerProvider records each hold as a span of its own ("approval_hold
@@ -192,6 +212,9 @@ func (c Config) validate() error {
 	case c.ReplicaAcks < 0:
 		return fmt.Errorf("approval: Config.ReplicaAcks must not be negative, got %d", c.ReplicaAcks)
 	}
+	if err := c.validateIdentity(); err != nil {
+		return err
+	}
 	if _, cluster := c.Redis.(*redis.ClusterClient); cluster && c.ReplicaAcks > 0 {
 		return errors.New("approval: Config.ReplicaAcks is not for a Redis Cluster client: WAIT cannot follow the connection that wrote; leave it 0")
 	}
@@ -206,10 +229,48 @@ func (c Config) validate() error {
 	return nil
 }
 
+// ValidateReviewers checks Reviewers and the policies' ReviewerGroups, and
+// nothing else (no client is needed): what [New] refuses of them. A
+// reviewer or a group with an invalid name is refused, and so is a policy
+// that names groups with fewer members among the reviewers than the
+// approvals it requires: nobody could ever approve its calls (a group's
+// name mistyped, say). The error names the field and the rule.
+func (c Config) ValidateReviewers() error {
+	auth, err := newAuthenticator(c.Reviewers)
+	if err != nil {
+		return err
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.Policies)) {
+		p := c.Policies[name]
+		for _, g := range p.ReviewerGroups {
+			if err := ValidateGroup(g); err != nil {
+				return fmt.Errorf("approval: Config.Policies[%q].ReviewerGroups: %w", name, err)
+			}
+		}
+		if len(p.ReviewerGroups) == 0 {
+			continue
+		}
+		members := 0
+		for _, r := range c.Reviewers {
+			if auth.mayDecide(r.Name, p.ReviewerGroups) {
+				members++
+			}
+		}
+		if need := max(p.RequiredApprovals, 1); members < need {
+			return fmt.Errorf("approval: Config.Policies[%q].ReviewerGroups %v: %d reviewer(s) belong to them, fewer than the %d approval(s) the tool requires; nobody could approve its calls (check the groups' names and Config.Reviewers' Groups)",
+				name, p.ReviewerGroups, members, need)
+		}
+	}
+	return nil
+}
+
 // New returns a service configured by cfg.
 func New(cfg Config) (*Service, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if err := cfg.ValidateReviewers(); err != nil {
 		return nil, err
 	}
 	auth, err := newAuthenticator(cfg.Reviewers)
@@ -229,6 +290,7 @@ func (s *Service) policy(tool string) ToolPolicy {
 	p := s.cfg.Policies[tool]
 	p.Window = cmp.Or(p.Window, s.cfg.DefaultWindow)
 	p.RequiredApprovals = cmp.Or(p.RequiredApprovals, 1)
+	p.ReviewerGroups = normalizeGroups(p.ReviewerGroups)
 	return p
 }
 
@@ -416,7 +478,7 @@ func (s *Service) intake(ctx context.Context, msg jetstream.Msg) {
 	}
 	h := &HeldCall{ID: call.ID, Tool: call.Name, Arguments: args, ArgsHash: argsHash, SpecHash: call.SpecHash,
 		Requester: call.Metadata["requester"], Metadata: call.Metadata, RequestedAt: now, ExpiresAt: expires,
-		Status: StatusPending, RequiredApprovals: p.RequiredApprovals, call: &call,
+		Status: StatusPending, RequiredApprovals: p.RequiredApprovals, ReviewerGroups: p.ReviewerGroups, call: &call,
 		origin: msg.Headers().Get(layout.HeaderOrigin), forbidSelf: p.ForbidSelfApproval,
 		traceparent: msg.Headers().Get(layout.HeaderTraceparent)}
 	if call.ArgumentsRef != nil {
@@ -488,7 +550,7 @@ func (s *Service) answerExpired(ctx context.Context, ids []string) {
 			continue
 		}
 		s.ended(ctx, h, StatusExpired)
-		s.answer(ctx, h, windlass.CodeExpired, fmt.Sprintf("The call to %q was not approved within its approval window (it expired at %s) and was not run.", h.Tool, h.ExpiresAt.Format(time.RFC3339)))
+		s.answer(ctx, h, windlass.CodeExpired, ExpiredMessage(h))
 	}
 }
 

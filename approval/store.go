@@ -78,6 +78,14 @@ type HeldCall struct {
 	RejectedBy string `json:"rejected_by,omitempty"`
 	// Reason is the rejection's (or the cancellation's) reason.
 	Reason string `json:"reason,omitempty"`
+	// NoRetry is true for a call rejected with "do not retry": its caller
+	// is told not to make it again, with these or other arguments (see
+	// [RejectedMessage]).
+	NoRetry bool `json:"no_retry"`
+	// ReviewerGroups are the groups whose members may see and decide the
+	// call (its tool's ToolPolicy.ReviewerGroups when it was held); empty:
+	// any reviewer may.
+	ReviewerGroups []string `json:"reviewer_groups"`
 	// DecidedAt is when the call left pending.
 	DecidedAt time.Time `json:"decided_at,omitzero"`
 	// Released is true once an approved call was published to its tool.
@@ -131,16 +139,29 @@ func (s *store) statusKeys() (keys [4]string) { // pending, approved, rejected, 
 	return keys
 }
 
+// auditLua is the scripts' one way to append to the audit log: audit(stream,
+// state, field, value, ...) adds the entry, with the call's reviewer_groups
+// (from its state) when it has any, so that the audit log shows a reviewer
+// only the entries of calls they may see.
+const auditLua = `
+local function audit(stream, state, ...)
+  local f = {...}
+  local g = redis.call('HGET', state, 'reviewer_groups')
+  if g and g ~= '' then f[#f + 1] = 'reviewer_groups'; f[#f + 1] = g end
+  return redis.call('XADD', stream, '*', unpack(f))
+end
+`
+
 // holdScript stores a new held call unless it exists (a redelivery).
 // KEYS: call, pending zset, status:pending, audit. ARGV: id, requested_ms,
 // expires_ms, then field/value pairs.
-var holdScript = redis.NewScript(`
+var holdScript = redis.NewScript(auditLua + `
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 for i = 4, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
 redis.call('HSET', KEYS[1], 'status', 'pending')
 redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
 redis.call('ZADD', KEYS[3], ARGV[2], ARGV[1])
-redis.call('XADD', KEYS[4], '*', 'event', 'requested', 'call_id', ARGV[1], 'actor', redis.call('HGET', KEYS[1], 'requester') or '')
+audit(KEYS[4], KEYS[1], 'event', 'requested', 'call_id', ARGV[1], 'actor', redis.call('HGET', KEYS[1], 'requester') or '')
 return 1
 `)
 
@@ -149,19 +170,24 @@ return 1
 // an approved one also enters the unreleased set.
 // KEYS: call, pending, status:pending, status:approved, status:rejected, audit, unreleased.
 // ARGV: id, action, reviewer, now_ms, seen_hash, edited_args, edited_hash, reason,
-// the caller's arguments (for an edit's audit entry: the bulk is on another slot).
-var decideScript = redis.NewScript(`
+// the caller's arguments (for an edit's audit entry: the bulk is on another slot),
+// no_retry ('1' or '0', for a rejection).
+var decideScript = redis.NewScript(auditLua + `
 local st = redis.call('HGET', KEYS[1], 'status')
 if not st then return {'missing'} end
 if st ~= 'pending' then return {'decided', st} end
 local id, action, reviewer, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 if tonumber(redis.call('HGET', KEYS[1], 'expires_ms')) <= tonumber(now) then return {'lapsed'} end
 if action == 'reject' then
-  redis.call('HSET', KEYS[1], 'status', 'rejected', 'rejected_by', reviewer, 'reason', ARGV[8], 'decided_ms', now)
+  redis.call('HSET', KEYS[1], 'status', 'rejected', 'rejected_by', reviewer, 'reason', ARGV[8], 'no_retry', ARGV[10], 'decided_ms', now)
   redis.call('ZREM', KEYS[2], id)
   redis.call('ZREM', KEYS[3], id)
   redis.call('ZADD', KEYS[5], now, id)
-  redis.call('XADD', KEYS[6], '*', 'event', 'rejected', 'call_id', id, 'actor', reviewer, 'reason', ARGV[8])
+  if ARGV[10] == '1' then
+    audit(KEYS[6], KEYS[1], 'event', 'rejected', 'call_id', id, 'actor', reviewer, 'reason', ARGV[8], 'no_retry', '1')
+  else
+    audit(KEYS[6], KEYS[1], 'event', 'rejected', 'call_id', id, 'actor', reviewer, 'reason', ARGV[8])
+  end
   return {'rejected'}
 end
 if redis.call('HGET', KEYS[1], 'args_hash') ~= ARGV[5] then return {'hash_mismatch'} end
@@ -171,7 +197,7 @@ if ARGV[6] ~= '' then
   -- An edit restarts the approvals: earlier ones were for other arguments.
   local original = redis.call('HGET', KEYS[1], 'approved_args') or ARGV[9]
   redis.call('HSET', KEYS[1], 'approved_args', ARGV[6], 'args_hash', ARGV[7])
-  redis.call('XADD', KEYS[6], '*', 'event', 'edited', 'call_id', id, 'actor', reviewer, 'before', original, 'after', ARGV[6])
+  audit(KEYS[6], KEYS[1], 'event', 'edited', 'call_id', id, 'actor', reviewer, 'before', original, 'after', ARGV[6])
   approvers = ''
 end
 for a in string.gmatch(approvers, '[^,]+') do
@@ -182,7 +208,7 @@ redis.call('HSET', KEYS[1], 'approvers', approvers)
 local n = 0
 for _ in string.gmatch(approvers, '[^,]+') do n = n + 1 end
 if n < tonumber(redis.call('HGET', KEYS[1], 'required')) then
-  redis.call('XADD', KEYS[6], '*', 'event', 'approval', 'call_id', id, 'actor', reviewer)
+  audit(KEYS[6], KEYS[1], 'event', 'approval', 'call_id', id, 'actor', reviewer)
   return {'partial', tostring(n)}
 end
 redis.call('HSET', KEYS[1], 'status', 'approved', 'decided_ms', now)
@@ -190,13 +216,13 @@ redis.call('ZREM', KEYS[2], id)
 redis.call('ZREM', KEYS[3], id)
 redis.call('ZADD', KEYS[4], now, id)
 redis.call('ZADD', KEYS[7], now, id)
-redis.call('XADD', KEYS[6], '*', 'event', 'approved', 'call_id', id, 'actor', reviewer)
+audit(KEYS[6], KEYS[1], 'event', 'approved', 'call_id', id, 'actor', reviewer)
 return {'approved'}
 `)
 
 // expireScript expires a pending call whose window lapsed.
 // KEYS: call, pending, status:pending, status:expired, audit. ARGV: id, now_ms.
-var expireScript = redis.NewScript(`
+var expireScript = redis.NewScript(auditLua + `
 if redis.call('HGET', KEYS[1], 'status') ~= 'pending' then
   redis.call('ZREM', KEYS[2], ARGV[1])
   return 0
@@ -206,7 +232,7 @@ redis.call('HSET', KEYS[1], 'status', 'expired', 'decided_ms', ARGV[2])
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('ZADD', KEYS[4], ARGV[2], ARGV[1])
-redis.call('XADD', KEYS[5], '*', 'event', 'expired', 'call_id', ARGV[1], 'actor', 'system')
+audit(KEYS[5], KEYS[1], 'event', 'expired', 'call_id', ARGV[1], 'actor', 'system')
 return 1
 `)
 
@@ -215,7 +241,7 @@ return 1
 // "canceled" when it made the change.
 // KEYS: call, pending, status:pending, status:canceled, audit.
 // ARGV: id, now_ms, reason.
-var cancelScript = redis.NewScript(`
+var cancelScript = redis.NewScript(auditLua + `
 local st = redis.call('HGET', KEYS[1], 'status')
 if not st then return 'missing' end
 if st ~= 'pending' then return st end
@@ -223,18 +249,18 @@ redis.call('HSET', KEYS[1], 'status', 'canceled', 'reason', ARGV[3], 'decided_ms
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('ZADD', KEYS[4], ARGV[2], ARGV[1])
-redis.call('XADD', KEYS[5], '*', 'event', 'canceled', 'call_id', ARGV[1], 'actor', 'caller', 'reason', ARGV[3])
+audit(KEYS[5], KEYS[1], 'event', 'canceled', 'call_id', ARGV[1], 'actor', 'caller', 'reason', ARGV[3])
 return 'canceled'
 `)
 
 // releasedScript marks an approved call released, once, and takes it out
 // of the unreleased set.
 // KEYS: call, audit, unreleased. ARGV: id.
-var releasedScript = redis.NewScript(`
+var releasedScript = redis.NewScript(auditLua + `
 redis.call('ZREM', KEYS[3], ARGV[1])
 if redis.call('HGET', KEYS[1], 'released') == '1' then return 0 end
 redis.call('HSET', KEYS[1], 'released', '1')
-redis.call('XADD', KEYS[2], '*', 'event', 'released', 'call_id', ARGV[1], 'actor', 'system')
+audit(KEYS[2], KEYS[1], 'event', 'released', 'call_id', ARGV[1], 'actor', 'system')
 return 1
 `)
 
@@ -263,7 +289,8 @@ func (s *store) hold(ctx context.Context, h *HeldCall) (bool, error) {
 		"args_hash", h.ArgsHash, "tool", h.Tool,
 		"spec_hash", h.SpecHash, "requester", h.Requester, "origin", h.origin,
 		"requested_ms", h.RequestedAt.UnixMilli(), "expires_ms", h.ExpiresAt.UnixMilli(),
-		"required", h.RequiredApprovals, "forbid_self", boolField(h.forbidSelf), "released", "0", "traceparent", h.traceparent}
+		"required", h.RequiredApprovals, "forbid_self", boolField(h.forbidSelf), "released", "0", "traceparent", h.traceparent,
+		"reviewer_groups", strings.Join(h.ReviewerGroups, ",")}
 	n, err := holdScript.Run(ctx, s.rc, []string{s.callKey(h.ID), s.pendingKey(), s.statusKey(StatusPending), s.auditKey()}, args...).Int()
 	if err != nil {
 		return false, fmt.Errorf("approval: hold %q: %w", h.ID, err)
@@ -311,6 +338,7 @@ type decision struct {
 	editedArgs json.RawMessage
 	editedHash string
 	reason     string
+	noRetry    bool            // a rejection: the caller must not retry
 	original   json.RawMessage // the caller's arguments, with an edit
 }
 
@@ -323,7 +351,7 @@ func (s *store) decide(ctx context.Context, id string, d decision, now time.Time
 	}
 	res, err := decideScript.Run(ctx, s.rc,
 		[]string{s.callKey(id), s.pendingKey(), k[0], k[1], k[2], s.auditKey(), s.unreleasedKey()},
-		id, action, d.reviewer, now.UnixMilli(), d.seenHash, string(d.editedArgs), d.editedHash, d.reason, string(d.original)).StringSlice()
+		id, action, d.reviewer, now.UnixMilli(), d.seenHash, string(d.editedArgs), d.editedHash, d.reason, string(d.original), boolField(d.noRetry)).StringSlice()
 	if err != nil {
 		return nil, fmt.Errorf("approval: decide %q: %w", id, err)
 	}
@@ -500,7 +528,11 @@ func (s *store) read(ctx context.Context, ids []string) func(i int) (map[string]
 func decodeHeld(id string, m map[string]string) (*HeldCall, error) {
 	h := &HeldCall{ID: id, Tool: m["tool"], Arguments: json.RawMessage(m["args"]), ArgsHash: m["args_hash"],
 		SpecHash: m["spec_hash"], Requester: m["requester"], Status: Status(m["status"]), Reason: m["reason"],
-		RejectedBy: m["rejected_by"], Released: m["released"] == "1", origin: m["origin"], traceparent: m["traceparent"]}
+		RejectedBy: m["rejected_by"], Released: m["released"] == "1", origin: m["origin"], traceparent: m["traceparent"],
+		NoRetry: m["no_retry"] == "1", ReviewerGroups: []string{}}
+	if m["reviewer_groups"] != "" {
+		h.ReviewerGroups = strings.Split(m["reviewer_groups"], ",")
+	}
 	if m["args_ref"] != "" {
 		h.ArgumentsRef, h.ArgumentsPreview = new(windlass.PayloadRef), m["args_preview"]
 		if err := json.Unmarshal([]byte(m["args_ref"]), h.ArgumentsRef); err != nil {

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/approval"
 	"github.com/windlass-dev/windlass/approval/release"
 	"github.com/windlass-dev/windlass/approval/webhook"
@@ -84,6 +86,9 @@ func runApproval(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if len(pos) > 0 {
 		return &exitError{code: 2, err: fmt.Errorf("approval: unknown argument %q (subcommands: keygen, token)", pos[0])}
 	}
+	if err := a.parse(); err != nil {
+		return err
+	}
 	sess, err := c.open("approval", stderr)
 	if err != nil {
 		return err
@@ -139,11 +144,16 @@ func serveApproval(ctx context.Context, svc *approval.Service, ln net.Listener) 
 // approvalOptions are the approval service's flags.
 type approvalOptions struct {
 	releaseKey, reviewers, policies *string
+	identityHeader, trustedProxies  *string
 	webhookURLs, webhookSecrets     *string
 	window, retention               *time.Duration
 	replicaAcks                     *int
 	allowPrivateWebhooks            *bool
 	extraReviewers                  []approval.Reviewer
+	parsedReviewers                 []approval.Reviewer // --reviewers, read by parse
+	parsedPolicies                  map[string]approval.ToolPolicy
+	parsedProxies                   []netip.Prefix
+	parsed                          bool
 	signer                          *release.Signer
 	replicas                        int // of the streams the service creates; 0 is 1
 }
@@ -151,8 +161,10 @@ type approvalOptions struct {
 func approvalFlags(fs *flag.FlagSet) *approvalOptions {
 	return &approvalOptions{
 		releaseKey:           stringFlag(fs, "release-key", "", "the service's Ed25519 private key, ed25519:<base64> (windlass approval keygen)"),
-		reviewers:            stringFlag(fs, "reviewers", "", "comma-separated name=<sha256 of token> (windlass approval token NAME)"),
-		policies:             stringFlag(fs, "policies", "", "per-tool policies: tool:window=10m:approvals=2:no-self, comma-separated"),
+		reviewers:            stringFlag(fs, "reviewers", "", "comma-separated name=<sha256 of token>[:groups=g1+g2] (windlass approval token NAME)"),
+		policies:             stringFlag(fs, "policies", "", "per-tool policies: tool:window=10m:approvals=2:no-self:reviewers=g1+g2, comma-separated (reviewers=: only those groups' reviewers may see and decide the tool's calls)"),
+		identityHeader:       stringFlag(fs, "identity-header", "", "the header in which an authenticating proxy names the reviewer (X-Forwarded-User); believed only from --trusted-proxies, refused from elsewhere"),
+		trustedProxies:       stringFlag(fs, "trusted-proxies", "", "comma-separated addresses or CIDRs of the proxies whose --identity-header is believed (the TCP peer's address)"),
 		webhookURLs:          stringFlag(fs, "webhook-urls", "", "comma-separated dashboard webhook URLs"),
 		webhookSecrets:       stringFlag(fs, "webhook-secrets", "", "comma-separated whsec_ secrets (several during rotation)"),
 		window:               durationFlag(fs, "window", approval.DefaultWindow, "default approval window"),
@@ -172,20 +184,12 @@ func (a *approvalOptions) service(nc *nats.Conn, rc redis.UniversalClient, reg *
 		}
 		signer = release.NewSigner(key)
 	}
-	reviewers := append([]approval.Reviewer(nil), a.extraReviewers...)
-	for _, r := range splitList(*a.reviewers) {
-		rv, err := approval.ParseReviewer(r)
-		if err != nil {
-			return nil, nil, fmt.Errorf("--reviewers: %w", err)
-		}
-		reviewers = append(reviewers, rv)
-	}
-	policies, err := parsePolicies(*a.policies)
-	if err != nil {
+	if err := a.parse(); err != nil {
 		return nil, nil, err
 	}
+	reviewers := append(slices.Clone(a.extraReviewers), a.parsedReviewers...)
 	cfg := approval.Config{Conn: nc, Redis: rc, Registry: reg, Signer: signer, Reviewers: reviewers,
-		Policies: policies, DefaultWindow: *a.window, Retention: *a.retention, ReplicaAcks: *a.replicaAcks, Replicas: a.replicas, Prefix: strings.TrimSuffix(prefix, ":") + ":approval:", Logger: log}
+		Policies: a.parsedPolicies, IdentityHeader: *a.identityHeader, TrustedProxies: a.parsedProxies, DefaultWindow: *a.window, Retention: *a.retention, ReplicaAcks: *a.replicaAcks, Replicas: a.replicas, Prefix: strings.TrimSuffix(prefix, ":") + ":approval:", Logger: log}
 	var svc *approval.Service
 	closeHooks := func() {}
 	if urls := splitList(*a.webhookURLs); len(urls) > 0 {
@@ -216,11 +220,52 @@ func (a *approvalOptions) service(nc *nats.Conn, rc redis.UniversalClient, reg *
 		cfg.Webhooks = sender
 		closeHooks = sender.CloseIdleConnections
 	}
-	svc, err = approval.New(cfg)
-	if err != nil {
+	var err error
+	if svc, err = approval.New(cfg); err != nil {
 		return nil, nil, err
 	}
 	return svc, closeHooks, nil
+}
+
+// parse reads --reviewers and --policies and checks them together, as the
+// service would (approval.Config.ValidateReviewers), before anything is
+// opened: a bad entry is a usage error (exit code 2) naming the entry and
+// the rule.
+func (a *approvalOptions) parse() error {
+	if a.parsed {
+		return nil
+	}
+	var reviewers []approval.Reviewer
+	for _, r := range splitList(*a.reviewers) {
+		rv, err := approval.ParseReviewer(r)
+		if err != nil {
+			return &exitError{code: 2, err: fmt.Errorf("--reviewers entry %q: %w", r, err)}
+		}
+		reviewers = append(reviewers, rv)
+	}
+	policies, err := parsePolicies(*a.policies)
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	if err := (approval.Config{Reviewers: reviewers, Policies: policies}).ValidateReviewers(); err != nil {
+		return &exitError{code: 2, err: fmt.Errorf("--reviewers, --policies: %w", err)}
+	}
+	var proxies []netip.Prefix
+	for _, p := range splitList(*a.trustedProxies) {
+		prefix, err := netip.ParsePrefix(p)
+		if addr, aerr := netip.ParseAddr(p); err != nil && aerr == nil {
+			prefix, err = addr.Prefix(addr.BitLen()) // one address
+		}
+		if err != nil {
+			return &exitError{code: 2, err: fmt.Errorf("--trusted-proxies entry %q: want an IP address or a CIDR (10.0.0.0/8)", p)}
+		}
+		proxies = append(proxies, prefix.Masked())
+	}
+	if (*a.identityHeader == "") != (len(proxies) == 0) {
+		return &exitError{code: 2, err: errors.New("--identity-header and --trusted-proxies go together: the header is believed only from those addresses")}
+	}
+	a.parsedReviewers, a.parsedPolicies, a.parsedProxies, a.parsed = reviewers, policies, proxies, true
+	return nil
 }
 
 func splitList(s string) []string {
@@ -233,11 +278,17 @@ func splitList(s string) []string {
 	return out
 }
 
-// parsePolicies reads "tool:window=10m:approvals=2:no-self,other:...".
+// parsePolicies reads "tool:window=10m:approvals=2:no-self:reviewers=finance+ops,other:...".
 func parsePolicies(s string) (map[string]approval.ToolPolicy, error) {
 	out := map[string]approval.ToolPolicy{}
 	for _, entry := range splitList(s) {
 		parts := strings.Split(entry, ":")
+		if err := windlass.ValidateName(parts[0]); err != nil {
+			return nil, fmt.Errorf("--policies %q: the entry must start with a tool's name: %w", entry, err)
+		}
+		if _, dup := out[parts[0]]; dup {
+			return nil, fmt.Errorf("--policies %q: tool %q has a policy already; give each tool one entry", entry, parts[0])
+		}
 		var p approval.ToolPolicy
 		for _, opt := range parts[1:] {
 			k, v, _ := strings.Cut(opt, "=")
@@ -249,8 +300,14 @@ func parsePolicies(s string) (map[string]approval.ToolPolicy, error) {
 				p.RequiredApprovals, err = strconv.Atoi(v)
 			case "no-self":
 				p.ForbidSelfApproval = true
+			case "reviewers":
+				if p.ReviewerGroups != nil {
+					err = errors.New("reviewers= given twice")
+				} else {
+					p.ReviewerGroups, err = approval.ParseGroups(v)
+				}
 			default:
-				err = fmt.Errorf("unknown option %q (use window=, approvals=, no-self)", k)
+				err = fmt.Errorf("unknown option %q (use window=, approvals=, no-self, reviewers=g1+g2)", k)
 			}
 			if err != nil {
 				return nil, fmt.Errorf("--policies %q: %w", entry, err)

@@ -16,12 +16,13 @@ import (
 )
 
 func runApprovals(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("approvals", "approvals list [--status S] [--tool T] | approve ID | reject ID --reason TEXT | audit --since TIME", stderr)
+	fs := newFlags("approvals", "approvals list [--status S] [--tool T] | approve ID | reject ID --reason TEXT [--no-retry] | audit --since TIME", stderr)
 	apiURL := stringFlag(fs, "approval-url", "", "the approval service's URL (default: the running 'windlass dev')")
 	token := stringFlag(fs, "token", "", "your reviewer bearer token (default: the running 'windlass dev''s)")
 	status := stringFlag(fs, "status", "pending", "list: pending, approved, rejected, expired or canceled")
 	tool := stringFlag(fs, "tool", "", "list: only this tool's calls")
 	reason := stringFlag(fs, "reason", "", "reject: why")
+	noRetry := boolFlag(fs, "no-retry", false, "reject: tell the model not to make the call again, with these or other arguments (default: it may try again with changes)")
 	since := stringFlag(fs, "since", "", "audit: the entries written since this RFC 3339 time or this long ago (24h); default all kept")
 	asJSON := boolFlag(fs, "json", false, "print the API's JSON")
 	pos, err := parseArgs(fs, args)
@@ -77,11 +78,14 @@ func runApprovals(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		if len(pos) != 2 {
 			return &exitError{code: 2, err: fmt.Errorf("approvals %s needs exactly one call id", pos[0])}
 		}
+		if pos[0] == "approve" && *noRetry {
+			return &exitError{code: 2, err: errors.New("approvals approve: --no-retry is for reject")}
+		}
 		if pos[0] == "reject" && strings.TrimSpace(*reason) == "" {
 			return &exitError{code: 2, err: errors.New("approvals reject ID --reason TEXT: a rejection needs --reason (the caller and the model are told it)")}
 		}
 		id := url.PathEscape(pos[1])
-		var body any = map[string]string{"reason": *reason}
+		var body any = map[string]any{"reason": *reason, "no_retry": *noRetry}
 		if pos[0] == "approve" {
 			// Approve what we show: fetch the call, print its arguments,
 			// and quote their hash.

@@ -90,6 +90,9 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := applyEnv(fs); err != nil {
 		return err
 	}
+	if err := a.parse(); err != nil {
+		return err
+	}
 	if err := checkNoDev(); err != nil {
 		return err
 	}
