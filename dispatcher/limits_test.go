@@ -69,16 +69,11 @@ func TestReplicasShareAKeysRate(t *testing.T) {
 	}
 }
 
-// TestFloodingKeyIsRefusedOthersAreServed: a key that floods a tool is
-// refused past its cap of calls in flight, while another key's call of
-// the same tool is admitted and answered at once; when the flood's calls
-// end, their slots are free again.
-func TestFloodingKeyIsRefusedOthersAreServed(t *testing.T) {
-	t.Parallel()
-	f := fleettest.New(t)
-	release := make(chan struct{})
-	var started atomic.Int64
-	work := windlass.MustFunc("work", func(ctx context.Context, in struct {
+// blockingWork is the tool "work": a call with {"block":true} counts
+// itself in started and waits until release is closed (or its context
+// ends); {"block":false} answers at once.
+func blockingWork(release <-chan struct{}, started *atomic.Int64) windlass.Tool {
+	return windlass.MustFunc("work", func(ctx context.Context, in struct {
 		Block bool `json:"block"`
 	}) (string, error) {
 		if in.Block {
@@ -91,6 +86,18 @@ func TestFloodingKeyIsRefusedOthersAreServed(t *testing.T) {
 		}
 		return "done", nil
 	})
+}
+
+// TestFloodingKeyIsRefusedOthersAreServed: a key that floods a tool is
+// refused past its cap of calls in flight, while another key's call of
+// the same tool is admitted and answered at once; when the flood's calls
+// end, their slots are free again.
+func TestFloodingKeyIsRefusedOthersAreServed(t *testing.T) {
+	t.Parallel()
+	f := fleettest.New(t)
+	release := make(chan struct{})
+	var started atomic.Int64
+	work := blockingWork(release, &started)
 	f.StartWorker(worker.Config{MaxConcurrency: 16}, work)
 	const capacity = 5
 	d := f.Dispatcher(dispatcher.Config{Limits: limits.Config{Default: limits.Limit{MaxInFlight: capacity}}})
@@ -391,19 +398,7 @@ func TestSlotIsFreedWhereverTheCallEnds(t *testing.T) {
 			f := fleettest.New(t)
 			release := make(chan struct{})
 			var started atomic.Int64
-			work := windlass.MustFunc("work", func(ctx context.Context, in struct {
-				Block bool `json:"block"`
-			}) (string, error) {
-				if in.Block {
-					started.Add(1)
-					select {
-					case <-release:
-					case <-ctx.Done():
-						return "", ctx.Err()
-					}
-				}
-				return "done", nil
-			})
+			work := blockingWork(release, &started)
 			w := f.StartWorker(worker.Config{}, work)
 			cfg := dispatcher.Config{Limits: limits.Config{Default: limits.Limit{MaxInFlight: 1}}}
 			a, b := f.Dispatcher(cfg), f.Dispatcher(cfg)

@@ -59,16 +59,27 @@ func runApproval(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			fmt.Fprintf(stdout, "# the approval service's private key (keep it secret):\nWINDLASS_RELEASE_KEY=%s\n# every worker's public key:\nWINDLASS_RELEASE_PUBLIC_KEYS=%s\n", priv, pub)
 			return nil
 		case "token":
-			const usage = "usage: windlass approval token NAME (prints a new reviewer token for NAME and its --reviewers entry)"
+			const usage = "usage: windlass approval token NAME [GROUP+GROUP...] (prints a new reviewer token for NAME and its --reviewers entry, in the groups given)"
 			if isHelp(args[1:]) {
 				fmt.Fprintln(stderr, usage)
 				return flag.ErrHelp
 			}
-			if len(args) != 2 || strings.HasPrefix(args[1], "-") {
+			if len(args) < 2 || len(args) > 3 || strings.HasPrefix(args[1], "-") {
 				return &exitError{code: 2, err: errors.New(usage + "; NAME may not start with '-'")}
 			}
 			tok := approval.NewToken()
-			fmt.Fprintf(stdout, "# give the reviewer this bearer token:\n%s\n# and the service this --reviewers entry:\n%s=%s\n", tok, args[1], approval.HashToken(tok))
+			entry := args[1] + "=" + approval.HashToken(tok)
+			if len(args) == 3 {
+				groups, err := approval.ParseGroups(args[2])
+				if err != nil {
+					return &exitError{code: 2, err: fmt.Errorf("%s: %w", usage, err)}
+				}
+				entry += ":groups=" + strings.Join(groups, "+")
+			}
+			if _, err := approval.ParseReviewer(entry); err != nil {
+				return &exitError{code: 2, err: err}
+			}
+			fmt.Fprintf(stdout, "# give the reviewer this bearer token:\n%s\n# and the service this --reviewers entry:\n%s\n", tok, entry)
 			return nil
 		}
 	}

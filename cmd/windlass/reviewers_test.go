@@ -113,3 +113,32 @@ func TestApprovalsRejectNoRetry(t *testing.T) {
 		t.Errorf("the caller is told %q", msg)
 	}
 }
+
+// TestApprovalTokenWithGroups: `windlass approval token NAME GROUPS`
+// prints a token and the --reviewers entry that puts its reviewer in
+// those groups; a bad group's name is refused (exit 2), nothing minted.
+func TestApprovalTokenWithGroups(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if err := run(t.Context(), []string{"approval", "token", "alice", "finance+ops"}, &stdout, &stderr); err != nil {
+		t.Fatal(err, stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	if len(lines) != 4 {
+		t.Fatalf("printed %q; want a comment, the token, a comment, the entry", stdout.String())
+	}
+	tok, entry := lines[1], lines[3]
+	r, err := approval.ParseReviewer(entry)
+	if err != nil {
+		t.Fatalf("the printed entry %q does not parse: %v", entry, err)
+	}
+	if r.Name != "alice" || r.TokenSHA256 != approval.HashToken(tok) || strings.Join(r.Groups, "+") != "finance+ops" {
+		t.Errorf("entry %q = %+v; want alice, the token's hash, groups finance and ops", entry, r)
+	}
+
+	stdout.Reset()
+	err = run(t.Context(), []string{"approval", "token", "bob", "fin/ance"}, &stdout, &stderr)
+	var ee *exitError
+	if !errors.As(err, &ee) || ee.code != 2 || stdout.Len() > 0 || !strings.Contains(err.Error(), `group "fin/ance"`) {
+		t.Errorf("a bad group = %v, stdout %q; want exit 2 naming the group, nothing minted", err, stdout.String())
+	}
+}
