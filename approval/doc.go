@@ -92,7 +92,8 @@
 //	<p>{index}:call:<id>         HASH  its state: args_hash, approved_args, tool, spec_hash,
 //	                                   requester, origin, requested_ms, expires_ms, required,
 //	                                   forbid_self, status, approvers, rejected_by, reason,
-//	                                   decided_ms, released, traceparent
+//	                                   decided_ms, released, traceparent, audit_ids (the
+//	                                   ids of its audit entries: its history's index)
 //	<p>{index}:pending           ZSET  pending ids by expiry (unix ms)
 //	<p>{index}:status:<status>   ZSET  ids by request time (pending) or decision time
 //	                                   (the others: the retention trims by it)

@@ -23,6 +23,9 @@ import (
 //	POST /v1/approvals/{id}/approve  {"args_hash": "...", "arguments": {...}?}
 //	POST /v1/approvals/{id}/reject   {"reason": "..."}
 //	GET  /v1/audit?since=RFC3339&after=ID&limit=N                  the audit log, a page
+//	GET  /v1/approvals/{id}/history                                one call's audit entries
+//	GET  /v1/approvals/{id}/result                                 one call's result, once run
+//	GET  /v1/tools/{name}                                          a tool's spec (description, hints)
 //	GET  /                                                         the dashboard page
 //
 // Every /v1 request needs "Authorization: Bearer <reviewer token>" (the
@@ -41,6 +44,9 @@ func (s *Service) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/approvals/{id}/approve", s.authed(s.limited(s.handleApprove)))
 	mux.HandleFunc("POST /v1/approvals/{id}/reject", s.authed(s.limited(s.handleReject)))
 	mux.HandleFunc("GET /v1/audit", s.authed(s.handleAudit))
+	mux.HandleFunc("GET /v1/approvals/{id}/history", s.authed(s.handleHistory)) // console.go
+	mux.HandleFunc("GET /v1/approvals/{id}/result", s.authed(s.handleResult))   // console.go
+	mux.HandleFunc("GET /v1/tools/{name}", s.authed(s.handleTool))              // console.go
 	mux.HandleFunc("GET /{$}", serveDashboard)
 	return mux
 }

@@ -134,13 +134,13 @@ func (s *store) statusKeys() (keys [4]string) { // pending, approved, rejected, 
 // holdScript stores a new held call unless it exists (a redelivery).
 // KEYS: call, pending zset, status:pending, audit. ARGV: id, requested_ms,
 // expires_ms, then field/value pairs.
-var holdScript = redis.NewScript(`
+var holdScript = redis.NewScript(auditLua + `
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 for i = 4, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
 redis.call('HSET', KEYS[1], 'status', 'pending')
 redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
 redis.call('ZADD', KEYS[3], ARGV[2], ARGV[1])
-redis.call('XADD', KEYS[4], '*', 'event', 'requested', 'call_id', ARGV[1], 'actor', redis.call('HGET', KEYS[1], 'requester') or '')
+audit(KEYS[4], 'event', 'requested', 'call_id', ARGV[1], 'actor', redis.call('HGET', KEYS[1], 'requester') or '')
 return 1
 `)
 
@@ -150,7 +150,7 @@ return 1
 // KEYS: call, pending, status:pending, status:approved, status:rejected, audit, unreleased.
 // ARGV: id, action, reviewer, now_ms, seen_hash, edited_args, edited_hash, reason,
 // the caller's arguments (for an edit's audit entry: the bulk is on another slot).
-var decideScript = redis.NewScript(`
+var decideScript = redis.NewScript(auditLua + `
 local st = redis.call('HGET', KEYS[1], 'status')
 if not st then return {'missing'} end
 if st ~= 'pending' then return {'decided', st} end
@@ -161,7 +161,7 @@ if action == 'reject' then
   redis.call('ZREM', KEYS[2], id)
   redis.call('ZREM', KEYS[3], id)
   redis.call('ZADD', KEYS[5], now, id)
-  redis.call('XADD', KEYS[6], '*', 'event', 'rejected', 'call_id', id, 'actor', reviewer, 'reason', ARGV[8])
+  audit(KEYS[6], 'event', 'rejected', 'call_id', id, 'actor', reviewer, 'reason', ARGV[8])
   return {'rejected'}
 end
 if redis.call('HGET', KEYS[1], 'args_hash') ~= ARGV[5] then return {'hash_mismatch'} end
@@ -171,7 +171,7 @@ if ARGV[6] ~= '' then
   -- An edit restarts the approvals: earlier ones were for other arguments.
   local original = redis.call('HGET', KEYS[1], 'approved_args') or ARGV[9]
   redis.call('HSET', KEYS[1], 'approved_args', ARGV[6], 'args_hash', ARGV[7])
-  redis.call('XADD', KEYS[6], '*', 'event', 'edited', 'call_id', id, 'actor', reviewer, 'before', original, 'after', ARGV[6])
+  audit(KEYS[6], 'event', 'edited', 'call_id', id, 'actor', reviewer, 'before', original, 'after', ARGV[6])
   approvers = ''
 end
 for a in string.gmatch(approvers, '[^,]+') do
@@ -182,7 +182,7 @@ redis.call('HSET', KEYS[1], 'approvers', approvers)
 local n = 0
 for _ in string.gmatch(approvers, '[^,]+') do n = n + 1 end
 if n < tonumber(redis.call('HGET', KEYS[1], 'required')) then
-  redis.call('XADD', KEYS[6], '*', 'event', 'approval', 'call_id', id, 'actor', reviewer)
+  audit(KEYS[6], 'event', 'approval', 'call_id', id, 'actor', reviewer)
   return {'partial', tostring(n)}
 end
 redis.call('HSET', KEYS[1], 'status', 'approved', 'decided_ms', now)
@@ -190,13 +190,13 @@ redis.call('ZREM', KEYS[2], id)
 redis.call('ZREM', KEYS[3], id)
 redis.call('ZADD', KEYS[4], now, id)
 redis.call('ZADD', KEYS[7], now, id)
-redis.call('XADD', KEYS[6], '*', 'event', 'approved', 'call_id', id, 'actor', reviewer)
+audit(KEYS[6], 'event', 'approved', 'call_id', id, 'actor', reviewer)
 return {'approved'}
 `)
 
 // expireScript expires a pending call whose window lapsed.
 // KEYS: call, pending, status:pending, status:expired, audit. ARGV: id, now_ms.
-var expireScript = redis.NewScript(`
+var expireScript = redis.NewScript(auditLua + `
 if redis.call('HGET', KEYS[1], 'status') ~= 'pending' then
   redis.call('ZREM', KEYS[2], ARGV[1])
   return 0
@@ -206,7 +206,7 @@ redis.call('HSET', KEYS[1], 'status', 'expired', 'decided_ms', ARGV[2])
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('ZADD', KEYS[4], ARGV[2], ARGV[1])
-redis.call('XADD', KEYS[5], '*', 'event', 'expired', 'call_id', ARGV[1], 'actor', 'system')
+audit(KEYS[5], 'event', 'expired', 'call_id', ARGV[1], 'actor', 'system')
 return 1
 `)
 
@@ -215,7 +215,7 @@ return 1
 // "canceled" when it made the change.
 // KEYS: call, pending, status:pending, status:canceled, audit.
 // ARGV: id, now_ms, reason.
-var cancelScript = redis.NewScript(`
+var cancelScript = redis.NewScript(auditLua + `
 local st = redis.call('HGET', KEYS[1], 'status')
 if not st then return 'missing' end
 if st ~= 'pending' then return st end
@@ -223,18 +223,18 @@ redis.call('HSET', KEYS[1], 'status', 'canceled', 'reason', ARGV[3], 'decided_ms
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('ZADD', KEYS[4], ARGV[2], ARGV[1])
-redis.call('XADD', KEYS[5], '*', 'event', 'canceled', 'call_id', ARGV[1], 'actor', 'caller', 'reason', ARGV[3])
+audit(KEYS[5], 'event', 'canceled', 'call_id', ARGV[1], 'actor', 'caller', 'reason', ARGV[3])
 return 'canceled'
 `)
 
 // releasedScript marks an approved call released, once, and takes it out
 // of the unreleased set.
 // KEYS: call, audit, unreleased. ARGV: id.
-var releasedScript = redis.NewScript(`
+var releasedScript = redis.NewScript(auditLua + `
 redis.call('ZREM', KEYS[3], ARGV[1])
 if redis.call('HGET', KEYS[1], 'released') == '1' then return 0 end
 redis.call('HSET', KEYS[1], 'released', '1')
-redis.call('XADD', KEYS[2], '*', 'event', 'released', 'call_id', ARGV[1], 'actor', 'system')
+audit(KEYS[2], 'event', 'released', 'call_id', ARGV[1], 'actor', 'system')
 return 1
 `)
 
