@@ -37,7 +37,7 @@ func (p *browserPage) shot(name string) {
 	}
 	ctx, cancel := context.WithTimeout(p.ctx, browserStepTimeout)
 	defer cancel()
-	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100) // 100: PNG (less is JPEG))
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // 100: PNG (less is JPEG)
 	if err != nil {
 		p.t.Fatalf("screenshot: %v", err)
 	}
