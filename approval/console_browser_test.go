@@ -240,3 +240,51 @@ func TestBrowserConsoleEditsArguments(t *testing.T) {
 	p.shot("edited")
 	p.checkClean()
 }
+
+// TestBrowserConsoleConfirmsAConditionGatedTool: a tool whose spec has an
+// approval_condition is shown as gated by it, and approving its call asks
+// for a confirmation. The spec has no such field yet in this package, so
+// the test stubs it: it adds "approval_condition" to the page's answers of
+// GET /v1/tools/{name} (a wrapper around the page's fetch).
+func TestBrowserConsoleConfirmsAConditionGatedTool(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, nil)
+	id := f.submit(payArgs{To: "bob", Amount: 500})
+	f.held(id)
+
+	p := newBrowserPage(t, f.api.URL)
+	p.open()
+	p.signIn(f.tokens["alice"])
+	if !browserEval[bool](p, `(() => {
+		const real = window.fetch;
+		window.fetch = async (path, init) => {
+			const res = await real(path, init);
+			if (!String(path).startsWith("/v1/tools/") || !res.ok) return res;
+			const data = await res.json();
+			data.spec.approval_condition = "amount > 100";
+			return new Response(JSON.stringify(data), { status: res.status, headers: res.headers });
+		};
+		return true;
+	})()`) {
+		t.Fatal("could not stub the page's fetch")
+	}
+	p.openConsole(id)
+	p.do("the condition", chromedp.WaitVisible(chromedp.ID("c-condition")))
+	if got := p.text("#c-condition"); got != "Gated by a condition: amount > 100" {
+		t.Errorf("condition = %q", got)
+	}
+	p.do("approve", chromedp.Click(chromedp.ID("c-approve")))
+	p.waitJS("the confirmation", `document.getElementById("confirm").open`)
+	if got := p.text("#confirm-reasons"); !strings.Contains(got, "gated by a condition (amount > 100)") || strings.Contains(got, "destructive") {
+		t.Errorf("confirmation reasons = %q", got)
+	}
+	p.do("decline", chromedp.Click(chromedp.ID("confirm-no")))
+	decidedNothing(t, f, p, id, nil, f.runs.Load)
+	p.do("approve", chromedp.Click(chromedp.ID("c-approve")))
+	p.waitJS("the confirmation", `document.getElementById("confirm").open`)
+	p.do("confirm", chromedp.Click(chromedp.ID("confirm-yes")))
+	if r := f.wait(id); r.IsError || r.Content != "paid 500.00 to bob" || f.runs.Load() != 1 {
+		t.Fatalf("result = %+v (runs %d)", r, f.runs.Load())
+	}
+	p.checkClean()
+}
