@@ -51,7 +51,8 @@ type payArgs struct {
 	Memo   string  `json:"memo,omitempty"`
 }
 
-func newFleet(t *testing.T, policies map[string]approval.ToolPolicy) *fleet {
+// newFleet starts the fleet; extra tools run on the same worker beside pay.
+func newFleet(t *testing.T, policies map[string]approval.ToolPolicy, extra ...windlass.Tool) *fleet {
 	t.Helper()
 	f := &fleet{Fleet: fleettest.New(t, fleettest.WithRedis(testserver.RedisOptions{Persist: true})), t: t, tokens: map[string]string{}, events: make(chan approval.AuditEvent, 100)}
 	priv, _, _ := release.GenerateKey()
@@ -66,9 +67,13 @@ func newFleet(t *testing.T, policies map[string]approval.ToolPolicy) *fleet {
 		}
 		return fmt.Sprintf("paid %.2f to %s", in.Amount, in.To), nil
 	}, windlass.WithApproval())
-	f.StartWorker(worker.Config{Releases: release.NewVerifier(pub)}, pay)
+	f.StartWorker(worker.Config{Releases: release.NewVerifier(pub)}, append([]windlass.Tool{pay}, extra...)...)
 	f.d = f.Dispatcher(dispatcher.Config{})
-	fleettest.WaitCatalog(t, f.d, "pay")
+	names := []string{"pay"}
+	for _, tool := range extra {
+		names = append(names, tool.Spec().Name)
+	}
+	fleettest.WaitCatalog(t, f.d, names...)
 
 	var reviewers []approval.Reviewer
 	for _, name := range []string{"alice", "bob", "carol"} {

@@ -99,7 +99,8 @@
 //	                                   requester, origin, requested_ms, expires_ms, required,
 //	                                   forbid_self, status, approvers, rejected_by, reason,
 //	                                   decided_ms, released, traceparent, reviewer_groups,
-//	                                   no_retry
+//	                                   no_retry, audit_ids (the ids of its audit entries:
+//	                                   its history's index)
 //	<p>{index}:pending           ZSET  pending ids by expiry (unix ms)
 //	<p>{index}:status:<status>   ZSET  ids by request time (pending) or decision time
 //	                                   (the others: the retention trims by it)
@@ -116,7 +117,8 @@
 // state 440, audit entries 207, status set entry 135; more with an edit,
 // whose arguments the state and the audit entry keep), times the calls
 // decided in a retention period: about 24 MB for 1,000 calls a day over 30
-// days. A prefix that holds a
+// days. (Measured before the state kept audit_ids, which adds each entry's
+// id, about 16 characters, per audit entry.) A prefix that holds a
 // hash tag of its own ("{windlass}:approval:") puts every key in that one
 // slot instead; it works, without sharding.
 //

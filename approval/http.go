@@ -25,6 +25,9 @@ import (
 //	POST /v1/approvals/{id}/reject   {"reason": "...", "no_retry": false}
 //	GET  /v1/audit?since=RFC3339&after=ID&limit=N                  the audit log, a page
 //	GET  /v1/me                                                    {"name": "...", "groups": [...]}
+//	GET  /v1/approvals/{id}/history                                one call's audit entries
+//	GET  /v1/approvals/{id}/result                                 one call's result, once run
+//	GET  /v1/tools/{name}                                          a tool's spec (description, hints)
 //	GET  /                                                         the dashboard page
 //
 // A reviewer sees and decides only the calls of tools whose policy names
@@ -50,6 +53,9 @@ func (s *Service) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/approvals/{id}/reject", s.authed(s.limited(s.handleReject)))
 	mux.HandleFunc("GET /v1/audit", s.authed(s.handleAudit))
 	mux.HandleFunc("GET /v1/me", s.authed(s.handleMe))
+	mux.HandleFunc("GET /v1/approvals/{id}/history", s.authed(s.handleHistory)) // console.go
+	mux.HandleFunc("GET /v1/approvals/{id}/result", s.authed(s.handleResult))   // console.go
+	mux.HandleFunc("GET /v1/tools/{name}", s.authed(s.handleTool))              // console.go
 	mux.HandleFunc("GET /{$}", serveDashboard)
 	return mux
 }

@@ -139,16 +139,21 @@ func (s *store) statusKeys() (keys [4]string) { // pending, approved, rejected, 
 	return keys
 }
 
-// auditLua is the scripts' one way to append to the audit log: audit(stream,
-// state, field, value, ...) adds the entry, with the call's reviewer_groups
-// (from its state) when it has any, so that the audit log shows a reviewer
-// only the entries of calls they may see.
+// auditLua is the scripts' one way to append to the audit log:
+// audit(stream, state, field, value, ...) adds the entry, with the call's
+// reviewer_groups (from its state) when it has any, so that the audit log
+// shows a reviewer only the entries of calls they may see; and records
+// the entry's id in the call's state (the field audit_ids,
+// space-separated), the index of the call's history: reading it costs the
+// call's own entries, never a scan of the log (see history.go).
 const auditLua = `
 local function audit(stream, state, ...)
   local f = {...}
   local g = redis.call('HGET', state, 'reviewer_groups')
   if g and g ~= '' then f[#f + 1] = 'reviewer_groups'; f[#f + 1] = g end
-  return redis.call('XADD', stream, '*', unpack(f))
+  local aid = redis.call('XADD', stream, '*', unpack(f))
+  redis.call('HSET', state, 'audit_ids', (redis.call('HGET', state, 'audit_ids') or '') .. aid .. ' ')
+  return aid
 end
 `
 
