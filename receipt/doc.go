@@ -25,7 +25,7 @@
 // for a retention after the worker stopped (default 30 days; see
 // registry.Registry.PublishReceiptKey), so receipts verify after the
 // worker is gone. A [Checker] fetches the key by id, checks that it is the
-// key of that id and was published by the worker the receipt names, then
+// key of that id and was published by the worker the receipt names (a key file given to several workers is published by each), then
 // checks the signature and the result's hash.
 //
 // The trust model, honestly: a receipt proves that whoever held the

@@ -31,7 +31,7 @@ func Example() {
 		if keyID != signer.KeyID() {
 			return receipt.PublishedKey{}, receipt.ErrKeyNotFound
 		}
-		return receipt.PublishedKey{Key: signer.PublicKey(), Worker: "worker-1"}, nil
+		return receipt.PublishedKey{Key: signer.PublicKey(), Workers: []string{"worker-1"}}, nil
 	})
 	checker := receipt.NewChecker(published)
 	got, err := checker.Check(context.Background(), "c1", header, stored)

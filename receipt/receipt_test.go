@@ -43,7 +43,7 @@ func newFixture(t *testing.T) fixture {
 		if id != s.KeyID() {
 			return receipt.PublishedKey{}, receipt.ErrKeyNotFound
 		}
-		return receipt.PublishedKey{Key: s.PublicKey(), Worker: s.Worker()}, nil
+		return receipt.PublishedKey{Key: s.PublicKey(), Workers: []string{s.Worker()}}, nil
 	})
 	return fixture{signer: s, r: r, body: body, keys: keys}
 }
@@ -152,11 +152,11 @@ func TestReceiptChecksNameTheFailure(t *testing.T) {
 	f := newFixture(t)
 	other, _ := receipt.GenerateKey()
 	wrongWorker := receipt.KeysFunc(func(context.Context, string) (receipt.PublishedKey, error) {
-		return receipt.PublishedKey{Key: f.signer.PublicKey(), Worker: "worker-b"}, nil
+		return receipt.PublishedKey{Key: f.signer.PublicKey(), Workers: []string{"worker-b"}}, nil
 	})
 	swapped := receipt.KeysFunc(func(context.Context, string) (receipt.PublishedKey, error) {
 		// What Redis holds under the id is another key.
-		return receipt.PublishedKey{Key: other.Public().(ed25519.PublicKey), Worker: "worker-a"}, nil
+		return receipt.PublishedKey{Key: other.Public().(ed25519.PublicKey), Workers: []string{"worker-a"}}, nil
 	})
 	unreachable := receipt.KeysFunc(func(context.Context, string) (receipt.PublishedKey, error) {
 		return receipt.PublishedKey{}, errors.New("connection refused")

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -64,8 +65,9 @@ func Verify(r Receipt, pub ed25519.PublicKey) error {
 type PublishedKey struct {
 	// Key is the public key.
 	Key ed25519.PublicKey
-	// Worker is the id of the worker that published it.
-	Worker string
+	// Workers are the ids of the workers that published it: one, unless
+	// several workers were given the same key file.
+	Workers []string
 	// PublishedAt is when it was first published.
 	PublishedAt time.Time
 }
@@ -121,8 +123,8 @@ func (c *Checker) Check(ctx context.Context, callID, header string, body []byte)
 		return r, &CheckError{Check: CheckKey, Detail: fmt.Sprintf("key %q is not published (never, or past its retention)", r.KeyID), Err: err}
 	case err != nil:
 		return r, fmt.Errorf("receipt: fetch key %q: %w", r.KeyID, err)
-	case pk.Worker != r.Worker:
-		return r, checkFailed(CheckKey, "key %q was published by worker %q, the receipt names worker %q", r.KeyID, pk.Worker, r.Worker)
+	case !slices.Contains(pk.Workers, r.Worker):
+		return r, checkFailed(CheckKey, "key %q was published by workers %q, the receipt names worker %q", r.KeyID, pk.Workers, r.Worker)
 	}
 	if err := Verify(r, pk.Key); err != nil {
 		return r, err
