@@ -41,6 +41,7 @@ func (s *Service) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/approvals/{id}/approve", s.authed(s.limited(s.handleApprove)))
 	mux.HandleFunc("POST /v1/approvals/{id}/reject", s.authed(s.limited(s.handleReject)))
 	mux.HandleFunc("GET /v1/audit", s.authed(s.handleAudit))
+	mux.HandleFunc("GET /v1/approvals/{id}/receipt", s.authed(s.handleReceipt)) // see receipt.go
 	mux.HandleFunc("GET /{$}", serveDashboard)
 	return mux
 }

@@ -151,6 +151,16 @@ func (w *Worker) resultMessage(d *delivery, result windlass.ToolResult) (windlas
 	if size := layout.MessageSize(m); limit > 0 && int64(size) > limit {
 		result, m.Data = w.tooLarge(result, size, limit)
 	}
+	if w.receipted(d) {
+		started := result.StartedAt
+		w.signReceipt(d, m, started)
+		if size := layout.MessageSize(m); limit > 0 && int64(size) > limit && result.Code() != windlass.CodeResultTooLarge {
+			// The receipt took it over the max payload: the result
+			// becomes its result_too_large, signed in its turn.
+			result, m.Data = w.tooLarge(result, size, limit)
+			w.signReceipt(d, m, started)
+		}
+	}
 	return result, m, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/windlass-dev/windlass"
+	"github.com/windlass-dev/windlass/internal/layout"
 	"github.com/windlass-dev/windlass/internal/retry"
 )
 
@@ -150,5 +151,8 @@ func (a *answering) shrink(w *Worker, err error) bool {
 		return false
 	}
 	a.sent, a.m.Data = w.tooLarge(a.sent, len(a.m.Data), w.cfg.JetStream.Conn().MaxPayload())
+	if _, signed := a.m.Header[layout.HeaderReceipt]; signed {
+		w.signReceipt(a.d, a.m, a.asked.StartedAt) // over the new body
+	}
 	return true
 }
