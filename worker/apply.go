@@ -134,10 +134,17 @@ func (w *Worker) resultMessage(d *delivery, result windlass.ToolResult) (windlas
 	if d.meta != nil {
 		layout.SetCallRecord(m.Header, d.meta.Timestamp, d.call.Deadline, d.msg.Headers().Get(layout.HeaderArgsHash), d.call.Key)
 	}
+	// A receipt is signed over each body the message gets, and counts
+	// towards its size like any header: a result that fits inline only
+	// without its receipt goes by reference.
+	receipted, started := w.receipted(d), result.StartedAt
 	var err error
 	if payload.Inline(result, w.inline) {
 		if m.Data, err = json.Marshal(result); err != nil {
 			return result, nil, fmt.Errorf("encode result: %w", err)
+		}
+		if receipted {
+			w.signReceipt(d, m, started)
 		}
 	}
 	if m.Data == nil || int64(layout.MessageSize(m)) > w.inline {
@@ -146,18 +153,14 @@ func (w *Worker) resultMessage(d *delivery, result windlass.ToolResult) (windlas
 		if result, m.Data, err = w.byReference(d, result); err != nil {
 			return result, nil, err
 		}
+		if receipted {
+			w.signReceipt(d, m, started)
+		}
 	}
 	limit := w.cfg.JetStream.Conn().MaxPayload()
 	if size := layout.MessageSize(m); limit > 0 && int64(size) > limit {
 		result, m.Data = w.tooLarge(result, size, limit)
-	}
-	if w.receipted(d) {
-		started := result.StartedAt
-		w.signReceipt(d, m, started)
-		if size := layout.MessageSize(m); limit > 0 && int64(size) > limit && result.Code() != windlass.CodeResultTooLarge {
-			// The receipt took it over the max payload: the result
-			// becomes its result_too_large, signed in its turn.
-			result, m.Data = w.tooLarge(result, size, limit)
+		if receipted {
 			w.signReceipt(d, m, started)
 		}
 	}
