@@ -66,7 +66,8 @@ type PublishedKey struct {
 	// Key is the public key.
 	Key ed25519.PublicKey
 	// Workers are the ids of the workers that published it: one, unless
-	// several workers were given the same key file.
+	// several workers were given the same key file. Empty for a key
+	// pinned out of band, which vouches for any worker id.
 	Workers []string
 	// PublishedAt is when it was first published.
 	PublishedAt time.Time
@@ -123,7 +124,7 @@ func (c *Checker) Check(ctx context.Context, callID, header string, body []byte)
 		return r, &CheckError{Check: CheckKey, Detail: fmt.Sprintf("key %q is not published (never, or past its retention)", r.KeyID), Err: err}
 	case err != nil:
 		return r, fmt.Errorf("receipt: fetch key %q: %w", r.KeyID, err)
-	case !slices.Contains(pk.Workers, r.Worker):
+	case len(pk.Workers) > 0 && !slices.Contains(pk.Workers, r.Worker):
 		return r, checkFailed(CheckKey, "key %q was published by workers %q, the receipt names worker %q", r.KeyID, pk.Workers, r.Worker)
 	}
 	if err := Verify(r, pk.Key); err != nil {

@@ -5,8 +5,10 @@ package receiptread
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -64,4 +66,64 @@ func Check(ctx context.Context, nc *nats.Conn, results jetstream.Stream, keys re
 		return c, c.Err // the keys could not be read: no verdict
 	}
 	return c, nil
+}
+
+// Report is a check in JSON: the answer of the approval service's
+// GET /v1/approvals/{id}/receipt and of `windlass receipt verify --json`.
+type Report struct {
+	// CallID is the call.
+	CallID string `json:"call_id"`
+	// Verified is true when the receipt verified: signed by a published
+	// key of the worker it names, unaltered, over the stored result.
+	Verified bool `json:"verified"`
+	// FailedCheck names the check that failed (receipt.Check), and Error
+	// says what was wrong, when Verified is false.
+	FailedCheck string `json:"failed_check,omitempty"`
+	Error       string `json:"error,omitempty"`
+	// Receipt is the receipt as decoded; absent when it could not be.
+	Receipt *View `json:"receipt,omitempty"`
+	// Encoded is the receipt's header form as stored (Windlass-Receipt):
+	// what a third party verifies for itself.
+	Encoded string `json:"encoded,omitempty"`
+	// ResultSHA256 is the SHA-256 of the stored result's body, which the
+	// receipt's result_hash must equal.
+	ResultSHA256 string `json:"result_sha256"`
+	// PublicKey is the worker key the receipt names ("ed25519:<base64>"),
+	// and KeyWorkers the workers that published it; absent when it was
+	// not found.
+	PublicKey  string   `json:"public_key,omitempty"`
+	KeyWorkers []string `json:"key_workers,omitempty"`
+}
+
+// View is a receipt in JSON, its signature in standard base64.
+type View struct {
+	CallID     string    `json:"call_id"`
+	Tool       string    `json:"tool"`
+	SpecHash   string    `json:"spec_hash"`
+	ArgsHash   string    `json:"args_hash"`
+	ReleaseID  string    `json:"release_id,omitempty"`
+	ApprovedBy []string  `json:"approved_by,omitempty"`
+	ResultHash string    `json:"result_hash"`
+	StartedAt  time.Time `json:"started_at,omitzero"`
+	FinishedAt time.Time `json:"finished_at,omitzero"`
+	Worker     string    `json:"worker"`
+	KeyID      string    `json:"key_id"`
+	Signature  string    `json:"signature"`
+}
+
+// Report returns c as a [Report] for callID.
+func (c Checked) Report(callID string) Report {
+	out := Report{CallID: callID, Verified: c.Err == nil, Encoded: c.Header, ResultSHA256: c.ResultSHA256}
+	if c.Err != nil {
+		out.FailedCheck, out.Error = string(receipt.CheckOf(c.Err)), c.Err.Error()
+	}
+	if r := c.Receipt; r.KeyID != "" {
+		out.Receipt = &View{CallID: r.CallID, Tool: r.Tool, SpecHash: r.SpecHash, ArgsHash: r.ArgsHash, ReleaseID: r.ReleaseID,
+			ApprovedBy: r.ApprovedBy, ResultHash: r.ResultHash, StartedAt: r.StartedAt, FinishedAt: r.FinishedAt,
+			Worker: r.Worker, KeyID: r.KeyID, Signature: base64.StdEncoding.EncodeToString(r.Signature)}
+	}
+	if c.Key != nil {
+		out.PublicKey, out.KeyWorkers = "ed25519:"+base64.StdEncoding.EncodeToString(c.Key.Key), c.Key.Workers
+	}
+	return out
 }
