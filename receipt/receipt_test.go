@@ -237,3 +237,32 @@ func TestParsePrivateKey(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkSignEncode is what a worker adds to a call it signs a receipt
+// for: the result's hash (of a 1 KiB body), the signature and the header
+// form.
+func BenchmarkSignEncode(b *testing.B) {
+	key, _ := receipt.GenerateKey()
+	s := receipt.NewSigner(key, "worker-a")
+	body := []byte(strings.Repeat("x", 1024))
+	now := time.Now()
+	for b.Loop() {
+		r := s.Sign(receipt.Receipt{CallID: "call-1", Tool: "transfer_funds", SpecHash: "s1", ArgsHash: "a1",
+			ResultHash: receipt.ResultHash(body), StartedAt: now, FinishedAt: now})
+		if _, err := receipt.Encode(r); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkVerify is a verifier's cost per receipt, keys at hand.
+func BenchmarkVerify(b *testing.B) {
+	key, _ := receipt.GenerateKey()
+	s := receipt.NewSigner(key, "worker-a")
+	r := s.Sign(receipt.Receipt{CallID: "call-1", Tool: "t"})
+	for b.Loop() {
+		if err := receipt.Verify(r, s.PublicKey()); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
