@@ -381,9 +381,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("worker: publish the receipt key: %w", err)
 	}
+	defer stopKeeping() // after the withdrawal below: the retention runs from the worker's end
 	lease, err := w.advertise(ctx, tools)
 	if err != nil {
-		stopKeeping()
 		return err
 	}
 	if w.pipe, err = newResultPipe(w); err != nil {
@@ -393,7 +393,6 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.serve(ctx, tools, consumers, log)
 	w.pipe.close() // serve returned once every call was concluded
 	w.withdraw(ctx, lease, log)
-	stopKeeping()
 	log.InfoContext(ctx, "worker: stopped")
 	return nil
 }
