@@ -154,7 +154,8 @@ type AuditFilter struct {
 // selects. To export the log page by page, pass the last entry's ID as the
 // next page's After until a page comes back shorter than Limit.
 func (s *Service) Audit(ctx context.Context, f AuditFilter) ([]AuditEvent, error) {
-	return s.store.audit(ctx, f.Since, f.After, int64(f.limit()))
+	events, err := s.store.audit(ctx, f.Since, f.After, int64(f.limit()))
+	return linkReceipts(events), err // released entries link to the call's receipt (see receipt.go)
 }
 
 // limit is f.Limit with its default and bound applied.

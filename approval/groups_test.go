@@ -88,6 +88,7 @@ func TestReviewerGroups(t *testing.T) {
 			{"GET", "/v1/approvals/" + id + "/arguments", nil},
 			{"GET", "/v1/approvals/" + id + "/history", nil}, // the console's
 			{"GET", "/v1/approvals/" + id + "/result", nil},
+			{"GET", "/v1/approvals/" + id + "/receipt", nil},
 			{"POST", "/v1/approvals/" + id + "/approve", map[string]any{"args_hash": h.ArgsHash}},
 			{"POST", "/v1/approvals/" + id + "/reject", map[string]any{"reason": "not mine to decide"}},
 			{"POST", "/v1/approvals/" + id + "/reject", map[string]any{"reason": "not mine to decide", "no_retry": true}},

@@ -56,6 +56,7 @@ func (s *Service) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/approvals/{id}/history", s.authed(s.handleHistory)) // console.go
 	mux.HandleFunc("GET /v1/approvals/{id}/result", s.authed(s.handleResult))   // console.go
 	mux.HandleFunc("GET /v1/tools/{name}", s.authed(s.handleTool))              // console.go
+	mux.HandleFunc("GET /v1/approvals/{id}/receipt", s.authed(s.handleReceipt)) // see receipt.go
 	mux.HandleFunc("GET /{$}", serveDashboard)
 	return mux
 }

@@ -20,6 +20,10 @@
 //	<prefix>{registry}:leases        ZSET  worker id -> lease expiry (unix ms): the lease index
 //	<prefix>{registry}:worker:<id>   HASH  info (tools, host, pid, started_ms); PEXPIRE = TTL
 //	<prefix>changes                  pub/sub channel: the new version token
+//	<prefix>{registry}:receiptkey:<key id>
+//	                                 HASH  key (base64 Ed25519 public key), published_ms,
+//	                                       w:<worker id> (first published, unix ms) per
+//	                                       worker; PEXPIRE = the retention (below)
 //
 // Do not put a hash tag in the prefix on a cluster: Redis hashes the first
 // tag of a key, so "{windlass}:" puts every key in one slot (it works, but
@@ -116,6 +120,18 @@
 // warning, not refused. Each worker enforces the rate it declared itself,
 // on the tool's one shared count (package limits), so while they differ
 // the tool starts calls at a pace between the two.
+//
+// # Receipt keys
+//
+// A worker that signs execution receipts (package receipt) publishes its
+// public key with [Registry.PublishReceiptKey] when it starts and
+// refreshes it while it runs; the key's hash expires a retention after the
+// last refresh (default 30 days), not with the worker's lease, so a
+// receipt verifies after its worker is gone ([Registry.ReceiptKey]). The
+// key id is the key's hash, so a different key is never written under a
+// published id. One key per worker start: a hash of about 200 bytes, a
+// few thousand a month for a fleet that restarts often. Nothing per call
+// reads or writes them.
 //
 // # Defaults
 //

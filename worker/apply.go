@@ -137,10 +137,17 @@ func (w *Worker) resultMessage(d *delivery, result windlass.ToolResult) (windlas
 	if w.freesSlot(d) {
 		m.Header[layout.HeaderSlot] = slotFreedHeader
 	}
+	// A receipt is signed over each body the message gets, and counts
+	// towards its size like any header: a result that fits inline only
+	// without its receipt goes by reference.
+	receipted, started := w.receipted(d), result.StartedAt
 	var err error
 	if payload.Inline(result, w.inline) {
 		if m.Data, err = json.Marshal(result); err != nil {
 			return result, nil, fmt.Errorf("encode result: %w", err)
+		}
+		if receipted {
+			w.signReceipt(d, m, started)
 		}
 	}
 	if m.Data == nil || int64(layout.MessageSize(m)) > w.inline {
@@ -149,10 +156,16 @@ func (w *Worker) resultMessage(d *delivery, result windlass.ToolResult) (windlas
 		if result, m.Data, err = w.byReference(d, result); err != nil {
 			return result, nil, err
 		}
+		if receipted {
+			w.signReceipt(d, m, started)
+		}
 	}
 	limit := w.cfg.JetStream.Conn().MaxPayload()
 	if size := layout.MessageSize(m); limit > 0 && int64(size) > limit {
 		result, m.Data = w.tooLarge(result, size, limit)
+		if receipted {
+			w.signReceipt(d, m, started)
+		}
 	}
 	return result, m, nil
 }

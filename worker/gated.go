@@ -73,6 +73,7 @@ func (w *Worker) admitGated(d *delivery) (outcome, bool) {
 		return o, true
 	}
 	d.call.Deadline = rel.ExpiresAt
+	d.rel, d.releaseID = &rel, releaseID(d.msg.Headers().Get(release.Header))
 	if rel.SpecHash != "" {
 		d.call.SpecHash = rel.SpecHash
 	}

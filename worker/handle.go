@@ -131,6 +131,7 @@ func (c *running) settleSoon(result windlass.ToolResult) {
 // facts in the result, and applies what decide makes of it.
 func (c *running) finish(result windlass.ToolResult) {
 	w, d := c.w, c.d
+	d.finishedAt = time.Now()
 	d.hb.ended()
 	endExecute(c.span, result)
 	if c.metered != nil {

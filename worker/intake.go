@@ -40,6 +40,10 @@ type delivery struct {
 	token   string                  // the call's subject token, its key in the cancellations
 	callCtx context.Context         // the tool's, canceled by a cancellation or the shutdown grace
 	cancel  context.CancelCauseFunc // of callCtx
+
+	rel        *release.Release // the release the call runs under, once verified
+	releaseID  string           // the release's id in receipts
+	finishedAt time.Time        // when the tool returned
 }
 
 // freeSlot gives back the call's slot (at most once): its tool no longer

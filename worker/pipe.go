@@ -154,5 +154,8 @@ func (a *answering) shrink(w *Worker, err error) bool {
 		return false
 	}
 	a.sent, a.m.Data = w.tooLarge(a.sent, len(a.m.Data), w.cfg.JetStream.Conn().MaxPayload())
+	if _, signed := a.m.Header[layout.HeaderReceipt]; signed {
+		w.signReceipt(a.d, a.m, a.asked.StartedAt) // over the new body
+	}
 	return true
 }

@@ -35,6 +35,7 @@ func commands() []command {
 		{"tools", "list the fleet's live tools in a provider's format", runTools},
 		{"approval", "run the approval service (HTTP API, dashboard, webhooks); also: approval keygen, approval token NAME", runApproval},
 		{"approvals", "review held calls: approvals list | approve ID | reject ID --reason TEXT", runApprovals},
+		{"receipt", "check a call's signed execution receipt against the published worker keys: receipt verify ID [--json]", runReceipt},
 		{"bench", "measure the fleet beside raw NATS (closed and open loops, payloads, tools); --json", runBench},
 	}
 }

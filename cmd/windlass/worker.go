@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -12,6 +13,7 @@ import (
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/approval/release"
 	"github.com/windlass-dev/windlass/internal/demotools"
+	"github.com/windlass-dev/windlass/receipt"
 	"github.com/windlass-dev/windlass/worker"
 )
 
@@ -27,6 +29,9 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	replace := boolFlag(fs, "replace", false, "replace differing specs in the registry (rolling upgrade)")
 	updateConsumer := boolFlag(fs, "update-consumer", false, "rewrite the tools' consumers with this worker's settings (--ack-wait); by default a consumer keeps its creator's")
 	releaseKeys := stringFlag(fs, "release-public-keys", "", "comma-separated approval-service public keys, ed25519:<base64>; without them gated tools refuse every call")
+	receipts := stringFlag(fs, "receipts", "gated", "which calls get a signed execution receipt: gated (calls run under an approval release) or all")
+	receiptKey := stringFlag(fs, "receipt-key", "", "file of the worker's Ed25519 receipt key: PEM PKCS #8, a raw 32-byte seed, or ed25519:<base64 seed> (default: a new key at each start)")
+	receiptRetention := durationFlag(fs, "receipt-key-retention", 0, "how long the published receipt key outlives the worker's last refresh (default 720h)")
 	healthListen := healthFlag(fs)
 	metricsListen := metricsFlag(fs)
 	mcpServers := mcpFlag(fs)
@@ -37,6 +42,10 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	if len(pos) > 0 {
 		return &exitError{code: 2, err: fmt.Errorf("%s takes no arguments, got %q", fs.Name(), pos)}
+	}
+	rcfg, err := receiptConfig(*receipts, *receiptKey)
+	if err != nil {
+		return &exitError{code: 2, err: err}
 	}
 	var tools []windlass.Tool
 	if len(*mcpServers) == 0 || flagGiven(fs, "tools") { // with --mcp, demo tools only when asked for
@@ -65,7 +74,8 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	defer stopTelemetry()
 	wcfg := worker.Config{JetStream: js, Registry: reg, ID: *id, MaxConcurrency: *concurrency,
 		AckWait: *ackWait, ShutdownGrace: *grace, Replicas: *replicas, Replace: *replace, UpdateConsumer: *updateConsumer, Logger: log,
-		Releases: verifier, InlineLimit: int64(*inline), PayloadLimit: int64(*payloadLimit)}
+		Releases: verifier, InlineLimit: int64(*inline), PayloadLimit: int64(*payloadLimit),
+		Receipts: rcfg.Receipts, ReceiptKey: rcfg.ReceiptKey, ReceiptKeyRetention: *receiptRetention}
 	w, err := worker.New(wcfg)
 	if err != nil {
 		return err
@@ -81,6 +91,31 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	defer stopHealth()
 	return runWithBridge(ctx, w, tools, *mcpServers, wcfg, log)
+}
+
+// receiptConfig reads --receipts and --receipt-key into a worker.Config's
+// receipt fields.
+func receiptConfig(mode, keyFile string) (worker.Config, error) {
+	var cfg worker.Config
+	switch mode {
+	case "gated":
+		cfg.Receipts = worker.ReceiptsGated
+	case "all":
+		cfg.Receipts = worker.ReceiptsAll
+	default:
+		return cfg, fmt.Errorf("--receipts must be gated or all, got %q", mode)
+	}
+	if keyFile == "" {
+		return cfg, nil
+	}
+	data, err := os.ReadFile(keyFile)
+	if err != nil {
+		return cfg, fmt.Errorf("--receipt-key: %w", err)
+	}
+	if cfg.ReceiptKey, err = receipt.ParsePrivateKey(data); err != nil {
+		return cfg, fmt.Errorf("--receipt-key %s: %w", keyFile, err)
+	}
+	return cfg, nil
 }
 
 // parseVerifier reads --release-public-keys; none gives a nil verifier.

@@ -79,6 +79,11 @@ const (
 	// status query reports of a finished call, whose call message is gone.
 	HeaderQueuedAt = "Windlass-Queued-At"
 	HeaderDeadline = "Windlass-Deadline"
+	// HeaderReceipt carries, on a result, the worker's signed execution
+	// receipt of the call (package receipt; PROTOCOL.md, "Execution
+	// receipts"): on every gated call's result, and on every result of a
+	// worker configured to sign them all.
+	HeaderReceipt = "Windlass-Receipt"
 	// HeaderTraceparent carries the call's W3C trace context when tracing
 	// is on (the W3C name; internal/telemetry writes and reads it).
 	HeaderTraceparent = "traceparent"
