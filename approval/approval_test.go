@@ -53,6 +53,13 @@ type payArgs struct {
 
 func newFleet(t *testing.T, policies map[string]approval.ToolPolicy) *fleet {
 	t.Helper()
+	return newFleetWith(t, policies, windlass.WithApproval())
+}
+
+// newFleetWith is newFleet with pay gated by gate (WithApproval, or
+// WithApprovalCondition).
+func newFleetWith(t *testing.T, policies map[string]approval.ToolPolicy, gate windlass.FuncOption) *fleet {
+	t.Helper()
 	f := &fleet{Fleet: fleettest.New(t, fleettest.WithRedis(testserver.RedisOptions{Persist: true})), t: t, tokens: map[string]string{}, events: make(chan approval.AuditEvent, 100)}
 	priv, _, _ := release.GenerateKey()
 	key, _ := release.ParsePrivateKey(priv)
@@ -65,7 +72,7 @@ func newFleet(t *testing.T, policies map[string]approval.ToolPolicy) *fleet {
 			return fmt.Sprintf("paid %.2f to %s (a memo of %d bytes)", in.Amount, in.To, len(in.Memo)), nil
 		}
 		return fmt.Sprintf("paid %.2f to %s", in.Amount, in.To), nil
-	}, windlass.WithApproval())
+	}, gate)
 	f.StartWorker(worker.Config{Releases: release.NewVerifier(pub)}, pay)
 	f.d = f.Dispatcher(dispatcher.Config{})
 	fleettest.WaitCatalog(t, f.d, "pay")
