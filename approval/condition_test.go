@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -120,4 +121,21 @@ func mustJSON(t *testing.T, v any) json.RawMessage {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// TestApprovalConditionFailsClosed: arguments on which the condition has
+// no answer within its cost limit (a memo long enough that searching it
+// costs more than gatecond.CostLimit) send the call for approval instead
+// of running it; a short memo below the condition runs at once.
+func TestApprovalConditionFailsClosed(t *testing.T) {
+	t.Parallel()
+	f := newFleetWith(t, nil, windlass.WithApprovalCondition(`args.amount > 100.0 || (has(args.memo) && args.memo.contains("urgent"))`))
+	r, err := f.d.Call(t.Context(), "pay", payArgs{To: "bob", Amount: 5, Memo: "thanks"})
+	if err != nil || r.IsError || r.Content != "paid 5.00 to bob (a memo of 6 bytes)" {
+		t.Fatalf("below the condition: %+v, %v", r, err)
+	}
+	hostile := f.submit(payArgs{To: "bob", Amount: 5, Memo: strings.Repeat("x", 300_000)})
+	if h := f.held(hostile); h.Status != approval.StatusPending || f.runs.Load() != 1 {
+		t.Fatalf("a memo over the cost limit: held %+v (runs %d), want it held, not run", h, f.runs.Load())
+	}
 }
