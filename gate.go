@@ -22,6 +22,9 @@ type ConditionError struct {
 
 // Error implements error.
 func (e *ConditionError) Error() string {
+	if e.Line == 0 {
+		return fmt.Sprintf("%v: tool %q: approval_condition: %s", ErrInvalidSpec, e.Tool, e.Reason)
+	}
 	return fmt.Sprintf("%v: tool %q: approval_condition: %d:%d: %s", ErrInvalidSpec, e.Tool, e.Line, e.Column, e.Reason)
 }
 
