@@ -35,6 +35,12 @@ func WithApproval() FuncOption {
 	return func(s *Spec) { s.RequiresApproval = true }
 }
 
+// WithApprovalCondition gates the calls of the tool for which expr, a CEL
+// condition over the arguments, is true (see [Spec.ApprovalCondition]).
+func WithApprovalCondition(expr string) FuncOption {
+	return func(s *Spec) { s.ApprovalCondition = expr }
+}
+
 func firstLine(doc string) string {
 	for line := range strings.SplitSeq(doc, "\n") {
 		if line = strings.TrimSpace(line); line != "" {

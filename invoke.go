@@ -302,6 +302,9 @@ type Description struct {
 	Parameters map[string]any `json:"parameters"`
 	// RequiresApproval is true for gated tools.
 	RequiresApproval bool `json:"requires_approval"`
+	// ApprovalCondition is the tool's approval condition, if any
+	// ([Spec.ApprovalCondition]).
+	ApprovalCondition string `json:"approval_condition,omitempty"`
 	// TimeoutSeconds is the per-attempt timeout.
 	TimeoutSeconds float64 `json:"timeout_seconds"`
 	// SpecHash is [Spec.Hash] of the spec.
@@ -313,11 +316,12 @@ type Description struct {
 func Describe(tool Tool) Description {
 	s := tool.Spec().WithDefaults()
 	return Description{
-		Name:             s.Name,
-		Description:      s.Description,
-		Parameters:       normalizeJSON(s.Parameters),
-		RequiresApproval: s.RequiresApproval,
-		TimeoutSeconds:   s.Timeout.Seconds(),
-		SpecHash:         s.Hash(),
+		Name:              s.Name,
+		Description:       s.Description,
+		Parameters:        normalizeJSON(s.Parameters),
+		RequiresApproval:  s.RequiresApproval,
+		ApprovalCondition: s.ApprovalCondition,
+		TimeoutSeconds:    s.Timeout.Seconds(),
+		SpecHash:          s.Hash(),
 	}
 }

@@ -33,6 +33,19 @@ type Spec struct {
 	// RequiresApproval makes every call wait for a human's approval before
 	// it runs. Use it for tools that spend money or change the world.
 	RequiresApproval bool
+	// ApprovalCondition gates some calls only: a CEL expression over the
+	// call's arguments (the variable args, the decoded JSON object; JSON
+	// numbers are doubles) that must be of type bool, for instance
+	// `args.amount > 100.0 || args.to.startsWith("ext_")`. A call for which
+	// it is true waits for a human's approval exactly as under
+	// RequiresApproval; one for which it is false runs straight away. A
+	// call it cannot be evaluated on (a missing field, a value of another
+	// type, an evaluation over its cost limit) is gated: fail closed. Guard
+	// optional fields with has(args.x). Empty means none. It cannot be set
+	// together with RequiresApproval (Validate refuses the pair), and it is
+	// never shown to models; it is part of the spec's JSON
+	// ("approval_condition") and hash. See README, "Conditional approval".
+	ApprovalCondition string
 	// Hints are the tool's optional risk hints (read-only, destructive,
 	// idempotent, open-world). Nil (or all unset) means none stated; they
 	// are part of the spec's JSON and hash only when set.
@@ -70,14 +83,19 @@ func (s Spec) WithDefaults() Spec {
 }
 
 // Validate checks the spec: the name rule, a parameters schema whose type is
-// "object" (what providers require of a function's arguments), and a
-// non-negative timeout. Errors wrap [ErrInvalidSpec] and name the field.
+// "object" (what providers require of a function's arguments), a
+// non-negative timeout, and an approval condition that compiles to a bool
+// (a [*ConditionError] with its position and reason). Errors wrap
+// [ErrInvalidSpec] and name the field.
 func (s Spec) Validate() error {
 	if err := ValidateName(s.Name); err != nil {
 		return err
 	}
 	if s.Timeout < 0 {
 		return fmt.Errorf("%w: tool %q: timeout must not be negative, got %s", ErrInvalidSpec, s.Name, s.Timeout)
+	}
+	if err := s.validateCondition(); err != nil {
+		return err
 	}
 	if s.Parameters != nil {
 		if t, ok := s.Parameters["type"]; !ok || t != "object" {
@@ -102,6 +120,7 @@ type specJSON struct {
 	Parameters       map[string]any `json:"parameters"`
 	TimeoutMS        int64          `json:"timeout_ms"`
 	RequiresApproval bool           `json:"requires_approval"`
+	Condition        string         `json:"approval_condition,omitempty"`
 	Hints            *ToolHints     `json:"hints,omitempty"`
 }
 
@@ -115,6 +134,7 @@ func (s Spec) MarshalJSON() ([]byte, error) {
 		Parameters:       d.Parameters,
 		TimeoutMS:        d.Timeout.Milliseconds(),
 		RequiresApproval: d.RequiresApproval,
+		Condition:        d.ApprovalCondition,
 		Hints:            d.hints(),
 	})
 }
@@ -129,12 +149,13 @@ func (s *Spec) UnmarshalJSON(b []byte) error {
 		return fmt.Errorf("%w: timeout_ms out of range: %d", ErrInvalidSpec, w.TimeoutMS)
 	}
 	*s = Spec{
-		Name:             w.Name,
-		Description:      w.Description,
-		Parameters:       w.Parameters,
-		Timeout:          time.Duration(w.TimeoutMS) * time.Millisecond,
-		RequiresApproval: w.RequiresApproval,
-		Hints:            w.Hints,
+		Name:              w.Name,
+		Description:       w.Description,
+		Parameters:        w.Parameters,
+		Timeout:           time.Duration(w.TimeoutMS) * time.Millisecond,
+		RequiresApproval:  w.RequiresApproval,
+		ApprovalCondition: w.Condition,
+		Hints:             w.Hints,
 	}
 	if s.Hints.IsZero() {
 		s.Hints = nil
@@ -152,7 +173,7 @@ func (s Spec) hints() *ToolHints {
 
 // Hash returns a short, stable fingerprint of everything in the spec a model
 // or a worker depends on (name, description, parameters, timeout, approval,
-// hints when stated):
+// approval condition and hints when stated):
 // the hex SHA-256 of its canonical JSON, truncated to 16 bytes. Two specs with
 // the same hash are interchangeable; the fleet uses it to detect a caller
 // and a worker that disagree on a tool's schema.

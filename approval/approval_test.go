@@ -54,6 +54,13 @@ type payArgs struct {
 // newFleet starts the fleet; extra tools run on the same worker beside pay.
 func newFleet(t *testing.T, policies map[string]approval.ToolPolicy, extra ...windlass.Tool) *fleet {
 	t.Helper()
+	return newFleetWith(t, policies, windlass.WithApproval(), extra...)
+}
+
+// newFleetWith is newFleet with pay gated by gate (WithApproval, or
+// WithApprovalCondition).
+func newFleetWith(t *testing.T, policies map[string]approval.ToolPolicy, gate windlass.FuncOption, extra ...windlass.Tool) *fleet {
+	t.Helper()
 	f := &fleet{Fleet: fleettest.New(t, fleettest.WithRedis(testserver.RedisOptions{Persist: true})), t: t, tokens: map[string]string{}, events: make(chan approval.AuditEvent, 100)}
 	priv, _, _ := release.GenerateKey()
 	key, _ := release.ParsePrivateKey(priv)
@@ -66,7 +73,7 @@ func newFleet(t *testing.T, policies map[string]approval.ToolPolicy, extra ...wi
 			return fmt.Sprintf("paid %.2f to %s (a memo of %d bytes)", in.Amount, in.To, len(in.Memo)), nil
 		}
 		return fmt.Sprintf("paid %.2f to %s", in.Amount, in.To), nil
-	}, windlass.WithApproval())
+	}, gate)
 	f.StartWorker(worker.Config{Releases: release.NewVerifier(pub)}, append([]windlass.Tool{pay}, extra...)...)
 	f.d = f.Dispatcher(dispatcher.Config{})
 	names := []string{"pay"}

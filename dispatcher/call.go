@@ -171,6 +171,7 @@ func (d *Dispatcher) prepare(ctx context.Context, name string, args any, opts []
 		return nil, &windlass.CallError{Code: windlass.CodeInvalidArguments, Message: windlass.ResultFromError(call, err).Content}
 	}
 	call.Arguments = raw
+	gated := d.gated(ctx, info.Spec, call.ID, raw)
 	if o.id != "" {
 		// A resubmit of this id must be this call: same tool, same
 		// arguments (see conflict). Only a caller's own id can be
@@ -180,7 +181,7 @@ func (d *Dispatcher) prepare(ctx context.Context, name string, args any, opts []
 		}
 	}
 	call.SpecHash = info.Hash // the pin, if any, is this
-	call.Deadline = d.deadline(ctx, *o, info.Spec)
+	call.Deadline = d.deadline(ctx, *o, info.Spec, gated)
 	if call.Deadline.Year() > 9999 {
 		return nil, &windlass.CallError{Code: windlass.CodeInvalidCall, Message: fmt.Sprintf(
 			"deadline: %s is past what the protocol encodes (RFC 3339: before the year 10000)", call.Deadline.UTC().Format(time.DateOnly))}
@@ -196,7 +197,7 @@ func (d *Dispatcher) prepare(ctx context.Context, name string, args any, opts []
 	if err != nil {
 		return nil, &windlass.CallError{Code: windlass.CodeInvalidArguments, Message: fmt.Sprintf("encode call: %v", err)}
 	}
-	subject := d.subject(name, call.ID, info.Spec.RequiresApproval)
+	subject := d.subject(name, call.ID, gated)
 	p.msg = nats.Msg{Subject: subject, Data: data, Header: nats.Header{
 		nats.MsgIdHdr:         []string{call.ID},
 		layout.HeaderOrigin:   d.originHeader, // shared, never modified
@@ -212,7 +213,7 @@ func (d *Dispatcher) prepare(ctx context.Context, name string, args any, opts []
 	if d.admission.enforcer != nil {
 		size += slotHeaderReserve // set by publish if admission takes a slot
 	}
-	if info.Spec.RequiresApproval {
+	if gated {
 		size += release.Reserve // the approval service publishes it again, with its release
 	}
 	if int64(size) > d.inline {
@@ -224,7 +225,7 @@ func (d *Dispatcher) prepare(ctx context.Context, name string, args any, opts []
 		}
 		p.large = raw
 	}
-	p.call, p.subject, p.ownID, p.gated = call, subject, o.id != "", info.Spec.RequiresApproval
+	p.call, p.subject, p.ownID, p.gated = call, subject, o.id != "", gated
 	return p, nil
 }
 
@@ -250,7 +251,7 @@ func (d *Dispatcher) subject(tool, callID string, gated bool) string {
 }
 
 // deadline picks the call's absolute deadline.
-func (d *Dispatcher) deadline(ctx context.Context, o callOptions, spec windlass.Spec) time.Time {
+func (d *Dispatcher) deadline(ctx context.Context, o callOptions, spec windlass.Spec, gated bool) time.Time {
 	switch {
 	case !o.deadline.IsZero():
 		return o.deadline
@@ -261,10 +262,24 @@ func (d *Dispatcher) deadline(ctx context.Context, o callOptions, spec windlass.
 		return dl
 	}
 	bound := spec.Timeout + d.cfg.QueueAllowance
-	if spec.RequiresApproval {
+	if gated {
 		bound += d.cfg.ApprovalWait // a human decides first
 	}
 	return time.Now().Add(bound)
+}
+
+// gated decides whether a call goes to the approval service: every call
+// of a tool that requires approval, and the calls its approval condition
+// holds for. A condition that cannot be evaluated on the arguments gates
+// the call (fail closed): a person decides, where a guess could run a call
+// that needed approval (its worker would refuse it anyway; see
+// worker.admitGated).
+func (d *Dispatcher) gated(ctx context.Context, spec windlass.Spec, callID string, args json.RawMessage) bool {
+	gated, err := spec.NeedsApproval(args)
+	if err != nil {
+		d.cfg.Logger.InfoContext(ctx, "dispatcher: the approval condition has no answer on the call's arguments; sending it for approval", "call_id", callID, "tool", spec.Name, "error", err)
+	}
+	return gated
 }
 
 // schema returns the compiled arguments schema of a spec version, compiling

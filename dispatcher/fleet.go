@@ -21,6 +21,9 @@ type ToolStatus struct {
 	Tool string `json:"tool"`
 	// RequiresApproval reports a gated tool.
 	RequiresApproval bool `json:"requires_approval,omitempty"`
+	// ApprovalCondition is the tool's approval condition, when only the
+	// calls it holds for are gated (see windlass.Spec.ApprovalCondition).
+	ApprovalCondition string `json:"approval_condition,omitempty"`
 	// LiveWorkers are the ids of the workers holding a live lease.
 	LiveWorkers []string `json:"live_workers"`
 	// Queued counts calls waiting in the tool's queue for a worker (its
@@ -97,7 +100,7 @@ func (d *Dispatcher) Fleet(ctx context.Context) (FleetStatus, error) {
 	}
 	fs.ApprovalService = answered
 	for _, t := range tools {
-		ts := ToolStatus{Tool: t.Spec.Name, RequiresApproval: t.Spec.RequiresApproval,
+		ts := ToolStatus{Tool: t.Spec.Name, RequiresApproval: t.Spec.RequiresApproval, ApprovalCondition: t.Spec.ApprovalCondition,
 			LiveWorkers: t.LiveWorkers(asOf), Held: held[t.Spec.Name]}
 		if !t.Rate.IsZero() {
 			ts.ExecutionRate = t.Rate.String()

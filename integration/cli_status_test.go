@@ -112,8 +112,8 @@ func TestCLIFleetStatusAndMetrics(t *testing.T) {
 		}
 		return held() == 1
 	})
-	if !fleet.ApprovalService || len(fleet.Tools) != 4 {
-		t.Errorf("fleet %+v: want 4 tools and an approval service", fleet)
+	if !fleet.ApprovalService || len(fleet.Tools) != 5 {
+		t.Errorf("fleet %+v: want 5 tools (the demo tools) and an approval service", fleet)
 	}
 	for _, tool := range fleet.Tools {
 		if len(tool.LiveWorkers) != 1 || tool.LiveWorkers[0] != "dev-worker" || tool.Queued != 0 || tool.InFlight != 0 {

@@ -305,10 +305,11 @@ var slotFreedHeader = []string{layout.SlotFreed}
 
 // freesSlot reports whether the worker frees d's admission slot once its
 // answer is stored (see package limits, "A call's slot"): a call whose
-// message says it holds one, and a gated call (its release, published by
-// the approval service, does not carry the caller's message's headers;
-// freeing a slot it does not hold does nothing). Without a registry the
-// worker has no Redis to free it in, and leaves it to the dispatcher.
+// message says it holds one, and a call run under a release (published by
+// the approval service, which does not carry the caller's message's
+// headers; freeing a slot it does not hold does nothing). Without a
+// registry the worker has no Redis to free it in, and leaves it to the
+// dispatcher.
 func (w *Worker) freesSlot(d *delivery) bool {
-	return w.rates != nil && d.msg != nil && (d.msg.Headers().Get(layout.HeaderSlot) == layout.SlotHeld || d.t.spec.RequiresApproval)
+	return w.rates != nil && d.msg != nil && (d.msg.Headers().Get(layout.HeaderSlot) == layout.SlotHeld || d.rel != nil)
 }

@@ -27,6 +27,14 @@ import (
 // be released, runs. So a message that fails is dropped — terminated,
 // recorded for operators, never answered — and every answer a gated call
 // gets from a worker comes from the message that holds its release.
+//
+// A tool with an approval condition (Spec.ApprovalCondition) is gated for
+// the calls the condition holds for: its subject carries both the
+// approval service's releases and the dispatchers' calls below the
+// condition. A message with a release is judged as above; one without is
+// judged by admitUnreleased (condition.go), which drops it — by the same
+// rule — unless it is a call below the condition that no one holds for
+// approval.
 
 // admitGated decides whether a message on a gated tool's subject may go
 // on: it is dropped when it is not the release's rightful message, handed
@@ -34,11 +42,17 @@ import (
 // acked unrun when its call has its answer. When it may go on, the call
 // becomes what the release signs: its deadline is the release's expiry and
 // its result goes to the origin the release names, whatever the message's
-// body and headers say. A call of an ungated tool passes.
+// body and headers say. A call of an ungated tool passes; so does a call
+// below its tool's approval condition (see admitUnreleased). A released
+// call runs with its release whether or not its arguments, perhaps edited
+// by its reviewer, still meet the condition.
 func (w *Worker) admitGated(d *delivery) (outcome, bool) {
 	call, t := d.call, d.t
-	if !t.spec.RequiresApproval {
+	if !t.spec.Gated() {
 		return outcome{}, false
+	}
+	if !t.spec.RequiresApproval && d.msg.Headers().Get(release.Header) == "" {
+		return w.admitUnreleased(d)
 	}
 	if call.Name != t.spec.Name {
 		return dropped(release.ReasonOtherCall, fmt.Sprintf("the call names tool %q but arrived on the subject of %q", call.Name, t.spec.Name)), true
@@ -80,6 +94,7 @@ func (w *Worker) admitGated(d *delivery) (outcome, bool) {
 	if validOrigin(rel.Origin) {
 		d.origin = rel.Origin
 	}
+	d.released = true
 	d.log.DebugContext(d.ctx, "worker: release verified", "approved_by", rel.ApprovedBy, "first_use", fresh)
 	return outcome{}, false
 }

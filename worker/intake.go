@@ -36,10 +36,11 @@ type delivery struct {
 	call windlass.ToolCall
 	hb   *heartbeat // from the call's decoding until the message is settled
 
-	argsRef *windlass.PayloadRef    // where the call's arguments came from, when by reference
-	token   string                  // the call's subject token, its key in the cancellations
-	callCtx context.Context         // the tool's, canceled by a cancellation or the shutdown grace
-	cancel  context.CancelCauseFunc // of callCtx
+	argsRef  *windlass.PayloadRef    // where the call's arguments came from, when by reference
+	released bool                    // admitGated verified the call's release, and found it unanswered
+	token    string                  // the call's subject token, its key in the cancellations
+	callCtx  context.Context         // the tool's, canceled by a cancellation or the shutdown grace
+	cancel   context.CancelCauseFunc // of callCtx
 
 	rel        *release.Release // the release the call runs under, once verified
 	releaseID  string           // the release's id in receipts
@@ -130,7 +131,7 @@ func (w *Worker) decode(d *delivery) (outcome, bool) {
 func (w *Worker) malformed(d *delivery, err error) outcome {
 	id := readableID(d.msg.Data())
 	d.call = windlass.ToolCall{ID: id, Name: d.t.spec.Name}
-	if d.t.spec.RequiresApproval {
+	if d.t.spec.Gated() {
 		return dropped(release.ReasonMalformed, "the call message is malformed: "+err.Error())
 	}
 	o := outcome{verb: verbTerm, count: countMalformed, note: "worker: malformed call; terminating it", level: slog.LevelWarn,
@@ -154,7 +155,7 @@ func dropped(reason release.Reason, detail string) outcome {
 // dead, however many deliveries it took. (A gated call was looked up by
 // admitGated.)
 func (w *Worker) alreadyAnswered(d *delivery) (outcome, bool) {
-	if d.t.spec.RequiresApproval || d.call.Attempt == 1 || !w.answered(d.ctx, d.call.ID) {
+	if d.released || d.call.Attempt == 1 || !w.answered(d.ctx, d.call.ID) {
 		return outcome{}, false
 	}
 	return ackedUnrun(countAlreadyAnswered, "worker: redelivered call already answered; acking without running"), true

@@ -439,7 +439,7 @@ func (w *Worker) openStores(ctx context.Context, tools []*registered) error {
 	}
 	w.payloads = payload.New(obs, js.Conn().MaxPayload())
 	w.inline = min(w.cfg.InlineLimit, js.Conn().MaxPayload())
-	i := slices.IndexFunc(tools, func(t *registered) bool { return t.spec.RequiresApproval })
+	i := slices.IndexFunc(tools, func(t *registered) bool { return t.spec.Gated() })
 	if i < 0 {
 		return nil
 	}

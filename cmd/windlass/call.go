@@ -142,7 +142,7 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return nil
 	}
 	var stopTelling func()
-	if t, err := d.Tool(name); err == nil && t.Spec().RequiresApproval {
+	if t, err := d.Tool(name); err == nil && needsApproval(t.Spec(), rawArgs) {
 		// A human decides first, which may take minutes: say so, with the
 		// id to approve, so that the wait is not silent.
 		id := cmp.Or(*callID, windlass.NewCallID())
@@ -169,4 +169,11 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fmt.Fprintln(stdout, r.Content)
 	}
 	return nil
+}
+
+// needsApproval reports whether the call will wait for a person, as the
+// dispatcher decides it (a condition without an answer gates the call).
+func needsApproval(spec windlass.Spec, rawArgs string) bool {
+	gated, _ := spec.NeedsApproval(json.RawMessage(rawArgs))
+	return gated
 }

@@ -237,7 +237,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fmt.Fprintf(stdout, `Windlass dev fleet is running.
   NATS      %s (embedded, JetStream in %s)
   Redis     %s %s
-  worker    %s serving echo, add, sleep, transfer_funds (requires approval)
+  worker    %s serving echo, add, sleep, transfer_funds (requires approval), refund (over 100)
   approval  %s/ (dashboard; reviewer "dev", token %s)
   HTTP API  %s/v1/ (open: no API keys; OpenAPI at /v1/openapi.json)
   MCP       %s/mcp (streamable HTTP: point an MCP client here)

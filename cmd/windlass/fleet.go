@@ -77,7 +77,7 @@ func printFleet(w io.Writer, fs dispatcher.FleetStatus) {
 	fmt.Fprintln(tw, "TOOL\tWORKERS\tQUEUED\tIN FLIGHT\tREDELIVERED\tHELD\tLIMITS: TOOL\tKEYS (IN FLIGHT/CAP RATE)")
 	for _, t := range fs.Tools {
 		held := fmt.Sprint(t.Held)
-		if !t.RequiresApproval {
+		if !t.RequiresApproval && t.ApprovalCondition == "" {
 			held = "-"
 		}
 		toolCap, keys := limitsColumns(t.Limits)

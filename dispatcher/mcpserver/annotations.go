@@ -7,12 +7,13 @@ import (
 )
 
 // Annotations maps a spec's risk hints onto MCP tool annotations, with
-// requires_approval as the authority: a gated tool is advertised with
-// readOnlyHint false and destructiveHint true whatever its hints say. A
-// tool with neither hints nor approval has no annotations (nil).
+// requires_approval as the authority: a gated tool (every call, or the
+// calls its approval condition holds for) is advertised with readOnlyHint
+// false and destructiveHint true whatever its hints say. A tool with
+// neither hints nor approval has no annotations (nil).
 func Annotations(s windlass.Spec) *mcp.ToolAnnotations {
 	h := s.Hints
-	if h.IsZero() && !s.RequiresApproval {
+	if h.IsZero() && !s.Gated() {
 		return nil
 	}
 	a := &mcp.ToolAnnotations{}
@@ -30,7 +31,7 @@ func Annotations(s windlass.Spec) *mcp.ToolAnnotations {
 			a.OpenWorldHint = new(*h.OpenWorld)
 		}
 	}
-	if s.RequiresApproval {
+	if s.Gated() {
 		a.ReadOnlyHint = false
 		a.DestructiveHint = new(true)
 	}

@@ -58,7 +58,7 @@ const (
 type callTarget struct {
 	name    string
 	hash    string
-	gated   bool
+	spec    windlass.Spec // decides which calls wait for approval (Spec.NeedsApproval)
 	timeout time.Duration
 }
 
@@ -99,7 +99,8 @@ func (h *Handler) call(ctx context.Context, req *mcp.CallToolRequest, t callTarg
 		args = json.RawMessage(`{}`)
 	}
 	bound := t.timeout + h.cfg.QueueAllowance
-	if t.gated {
+	gated, _ := t.spec.NeedsApproval(args) // the dispatcher decides the same, and logs an error
+	if gated {
 		bound += h.cfg.ApprovalWait
 	}
 	deadline := time.Now().Add(bound)
@@ -158,7 +159,7 @@ func (h *Handler) call(ctx context.Context, req *mcp.CallToolRequest, t callTarg
 	defer stop()
 
 	state := "queued, waiting for a worker"
-	if t.gated {
+	if gated {
 		state = "waiting for a person's approval"
 	}
 	h.announce(ctx, req.Session, id, t.name, state)

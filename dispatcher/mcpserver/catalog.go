@@ -86,9 +86,9 @@ func (h *Handler) addTool(e dispatcher.ToolEntry) (err error) {
 		Annotations: Annotations(spec),
 		Meta:        mcp.Meta{MetaSpecHash: e.Hash},
 	}
-	hash, gated, timeout := e.Hash, spec.RequiresApproval, spec.Timeout
+	hash, timeout := e.Hash, spec.Timeout
 	h.server.AddTool(tool, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		return h.call(ctx, req, callTarget{name: spec.Name, hash: hash, gated: gated, timeout: timeout})
+		return h.call(ctx, req, callTarget{name: spec.Name, hash: hash, spec: spec, timeout: timeout})
 	})
 	return nil
 }

@@ -1,7 +1,8 @@
 // Package demotools holds the tools the `windlass dev` and `windlass worker`
 // commands serve out of the box, also used by tests: echo, add, sleep (a
-// long-running tool that honours its context) and transfer_funds (gated:
-// it requires a human's approval).
+// long-running tool that honours its context), transfer_funds (gated:
+// it requires a human's approval) and refund (gated when its amount is over
+// 100: an approval condition).
 package demotools
 
 import (
@@ -40,6 +41,25 @@ type TransferArgs struct {
 	Amount float64 `json:"amount" jsonschema:"description=Amount to send,exclusiveMinimum=0"`
 	// Currency is EUR (default) or USD.
 	Currency string `json:"currency,omitempty" jsonschema:"enum=EUR,enum=USD,default=EUR"`
+}
+
+// RefundArgs are the arguments of refund.
+type RefundArgs struct {
+	// Order is the order to refund.
+	Order string `json:"order" jsonschema:"description=Order to refund"`
+	// Amount is how much to give back.
+	Amount float64 `json:"amount" jsonschema:"description=Amount to refund,exclusiveMinimum=0"`
+}
+
+// RefundCondition is refund's approval condition: a refund over 100 waits
+// for a person.
+const RefundCondition = `args.amount > 100.0`
+
+// Refund pretends to refund an order; a refund over 100 needs approval.
+func Refund() windlass.Tool {
+	return windlass.MustFunc("refund", func(ctx context.Context, in RefundArgs) (string, error) {
+		return fmt.Sprintf("refunded %.2f on order %s", in.Amount, in.Order), nil
+	}, windlass.WithDescription("Refund an order. A refund over 100 waits for a human's approval."), windlass.WithApprovalCondition(RefundCondition))
 }
 
 // Echo returns its text.
@@ -95,5 +115,5 @@ func TransferFunds() windlass.Tool {
 
 // All returns every demo tool.
 func All() []windlass.Tool {
-	return []windlass.Tool{Echo(), Add(), Sleep(), TransferFunds()}
+	return []windlass.Tool{Echo(), Add(), Sleep(), TransferFunds(), Refund()}
 }

@@ -35,3 +35,14 @@ func TestSleepReportsProgress(t *testing.T) {
 		}
 	}
 }
+
+// TestRefundIsGatedOverAHundred: refund's condition holds for a refund
+// over 100 only.
+func TestRefundIsGatedOverAHundred(t *testing.T) {
+	s := demotools.Refund().Spec()
+	for args, want := range map[string]bool{`{"order":"o1","amount":100}`: false, `{"order":"o1","amount":100.5}`: true, `{"order":"o1","amount":3}`: false} {
+		if got, err := s.NeedsApproval([]byte(args)); got != want || err != nil {
+			t.Errorf("NeedsApproval(%s) = %v, %v; want %v", args, got, err, want)
+		}
+	}
+}
