@@ -2,11 +2,14 @@ package approval
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 
 	"github.com/windlass-dev/windlass/internal/layout"
 	"github.com/windlass-dev/windlass/internal/receiptread"
+	"github.com/windlass-dev/windlass/receipt"
 )
 
 // The receipt of a released call: the worker's signed execution receipt,
@@ -63,5 +66,33 @@ func (s *Service) handleReceipt(w http.ResponseWriter, r *http.Request, reviewer
 		writeError(w, http.StatusServiceUnavailable, "unavailable", err.Error())
 		return
 	}
+	if c.Err == nil {
+		c.Err = ranAsApproved(c.Receipt, h)
+	}
 	writeJSON(w, http.StatusOK, c.Report(h.ID)) // receiptread.Report
+}
+
+// ranAsApproved checks that a verified receipt is of the run h's
+// reviewers approved: under a release, of h's tool, with the arguments
+// they approved (h.ArgsHash, what the release signs) and by its
+// approvers. A genuine receipt of another run stored under h's id (a
+// worker that signs every call, running a message that reused the id)
+// proves nothing about the approval.
+func ranAsApproved(r receipt.Receipt, h *HeldCall) error {
+	var why string
+	switch {
+	case h.Status != StatusApproved:
+		why = fmt.Sprintf("the call was %s, never approved, yet a receipt says it ran", h.Status)
+	case r.ReleaseID == "":
+		why = "the receipt names no release: the run was not the approved call's"
+	case r.Tool != h.Tool:
+		why = fmt.Sprintf("the receipt is of tool %q, the call of %q", r.Tool, h.Tool)
+	case r.ArgsHash != h.ArgsHash:
+		why = fmt.Sprintf("the receipt's arguments hash %s is not the approved arguments' %s", r.ArgsHash, h.ArgsHash)
+	case !slices.Equal(slices.Sorted(slices.Values(r.ApprovedBy)), slices.Sorted(slices.Values(h.Approvers))):
+		why = fmt.Sprintf("the receipt names approvers %v, the call was approved by %v", r.ApprovedBy, h.Approvers)
+	default:
+		return nil
+	}
+	return &receipt.CheckError{Check: receipt.CheckRelease, Detail: why}
 }

@@ -564,8 +564,7 @@ func (s *Service) answer(ctx context.Context, h *HeldCall, code windlass.ErrorCo
 		origin = "anonymous"
 	}
 	m := &nats.Msg{Subject: layout.ResultSubject(origin, h.ID), Data: data, Header: nats.Header{
-		nats.MsgIdHdr: []string{layout.ResultMsgID(h.ID)}, layout.HeaderProtocol: []string{fmt.Sprint(windlass.ProtocolVersion)},
-		layout.HeaderSlot: []string{layout.SlotFreed}}}
+		nats.MsgIdHdr: []string{layout.ResultMsgID(h.ID)}, layout.HeaderProtocol: []string{fmt.Sprint(windlass.ProtocolVersion)}}}
 	// Retried for a while: the decision is recorded, and its caller waits
 	// for this answer.
 	err := retry.Do(context.WithoutCancel(ctx), retry.Policy{Initial: 50 * time.Millisecond, For: answerRetry, PerAttempt: retry.WriteTimeout}, func(ctx context.Context) error {

@@ -263,6 +263,7 @@ return 'canceled'
 // KEYS: call, audit, unreleased. ARGV: id.
 var releasedScript = redis.NewScript(auditLua + `
 redis.call('ZREM', KEYS[3], ARGV[1])
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end -- deleted by the retention meanwhile
 if redis.call('HGET', KEYS[1], 'released') == '1' then return 0 end
 redis.call('HSET', KEYS[1], 'released', '1')
 audit(KEYS[2], KEYS[1], 'event', 'released', 'call_id', ARGV[1], 'actor', 'system')

@@ -120,6 +120,7 @@ type prepared struct {
 	opts     callOptions // as the caller set them
 	counted  *counted    // its count in the metrics; nil: metrics off, or counted by another submit
 	held     *heldSlot   // its slot under the limits' caps; nil: none taken here
+	detached bool        // its caller does not wait for it here (Submit)
 }
 
 // prepare checks a call against the view and encodes it. A refusal is a
@@ -315,7 +316,9 @@ func (d *Dispatcher) publish(ctx context.Context, p *prepared) (duplicate bool, 
 	if err := d.admit(ctx, p); err != nil {
 		return false, err
 	}
-	if p.held != nil {
+	if p.held != nil && p.detached {
+		// Its caller may be gone when its answer comes (a CLI's call
+		// --async): whoever stores the answer frees the slot too.
 		p.msg.Header[layout.HeaderSlot] = slotHeldHeader
 	}
 	// Never try to publish past the call's own deadline (Call's ctx ends
@@ -609,6 +612,7 @@ func (d *Dispatcher) Submit(ctx context.Context, name string, args any, opts ...
 		return "", err
 	}
 	d.count(ctx, p) // until its result reaches this instance, whoever reads it
+	p.detached = true
 	if _, err := d.publish(ctx, p); err != nil {
 		return "", err
 	}

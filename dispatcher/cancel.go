@@ -87,9 +87,6 @@ func (d *Dispatcher) Cancel(ctx context.Context, callID, reason string) error {
 	}}
 	layout.SetCallRecord(m.Header, k.rec.queuedAt, k.rec.deadline, k.rec.argsHash, k.rec.key)
 	e := d.admission.enforcer
-	if e != nil {
-		m.Header[layout.HeaderSlot] = []string{layout.SlotFreed}
-	}
 	ack, err := d.js.PublishMsg(ctx, m)
 	if err == nil && e != nil {
 		// Stored (or another answer was): the call's slot, if it holds

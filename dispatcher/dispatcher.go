@@ -297,14 +297,13 @@ func (d *Dispatcher) onResult(m *nats.Msg) {
 		d.cfg.Logger.Warn("dispatcher: undecodable result dropped", "subject", m.Subject, "error", err)
 		return
 	}
-	d.deliver(r, m.Header.Get(layout.HeaderSlot) == layout.SlotFreed)
+	d.deliver(r)
 }
 
-// deliver hands r to the caller waiting for it on this instance, if any;
-// slotFreed: the one that stored r frees the call's slot.
-func (d *Dispatcher) deliver(r windlass.ToolResult, slotFreed bool) {
+// deliver hands r to the caller waiting for it on this instance, if any.
+func (d *Dispatcher) deliver(r windlass.ToolResult) {
 	d.countResult(r)
-	d.admission.ended(r.CallID, slotFreed)
+	d.admission.ended(r.CallID)
 	ch, ok := d.pending.LoadAndDelete(r.CallID)
 	if !ok {
 		d.unclaimed.Add(1)
@@ -373,7 +372,7 @@ func (d *Dispatcher) sweep() {
 		r, err := d.Result(ctx, id)
 		switch {
 		case err == nil:
-			d.deliver(r, false) // a second free of a freed slot does nothing
+			d.deliver(r)
 			found++
 		case !errors.Is(err, ErrNoResult):
 			again = append(again, id)

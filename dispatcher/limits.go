@@ -130,7 +130,8 @@ type heldSlot struct {
 }
 
 // slotHeldHeader is the value of the slot header of every call that
-// holds a slot; shared, never modified.
+// holds a slot and whose caller does not wait for it (Submit); shared,
+// never modified.
 var slotHeldHeader = []string{layout.SlotHeld}
 
 // slotHeaderReserve is the room the slot header takes in a call message.
@@ -306,11 +307,13 @@ func keyOf(opts []CallOption) string {
 	return o.key
 }
 
-// ended forgets the slot of a call whose result reached this instance,
-// and frees it unless the one that stored the result does (freed: the
-// result says so, see layout.HeaderSlot).
-func (a *admission) ended(callID string, freed bool) {
-	if v, ok := a.slots.LoadAndDelete(callID); ok && !freed {
+// ended frees the slot of a call whose result reached this instance. It
+// does so even when the one that stored the result freed it too (see
+// layout.HeaderSlot): a slot taken without asking is written behind its
+// call, so that other free may have come first, and this one, written
+// after this instance's take, is the one sure to undo it.
+func (a *admission) ended(callID string) {
+	if v, ok := a.slots.LoadAndDelete(callID); ok {
 		a.free(v.(*heldSlot).slot)
 	}
 }

@@ -26,19 +26,21 @@
 // # A call's slot
 //
 // A call holds its slot from admission until its answer is stored. The
-// dispatcher marks a call that holds one (a header, see PROTOCOL.md), and
-// whoever stores its answer frees it once the results stream has it: the
-// worker that ran it (or answered it timeout, canceled, worker_lost), the
-// approval service that answered it rejected, expired or canceled, the
-// dispatcher that canceled it — any of them, on any machine, so a slot is
-// not held by a dispatcher that is gone (a CLI that submitted the call
-// asynchronously and exited). Each says so on the answer, and the
-// dispatcher that admitted the call, when the answer reaches it, frees the
-// slot itself only when the answer does not say it (an answer stored by
-// a process of an older version). A slot nobody frees does not leak: it
-// lapses a minute after its call's deadline, when no worker will run the
-// call any more. A resubmit of an id that holds a slot is the same call:
-// admitted without a second slot or a second charge against the rate.
+// dispatcher that admitted it frees it when the answer reaches it. A call
+// submitted without waiting for its answer is marked (a header, see
+// PROTOCOL.md), and whoever stores its answer frees it too ([Enforcer.FreeCall])
+// once the results stream has it: the worker that ran it (or answered it
+// timeout, canceled, worker_lost), the approval service that answered it
+// rejected, expired or canceled, the dispatcher that canceled it — any of
+// them, on any machine, so a slot is not held for a caller that is gone
+// (a CLI that submitted the call asynchronously and exited). A second free
+// does nothing; the admitting dispatcher frees even a slot freed already,
+// because a slot taken without asking (below) is written behind its call,
+// and a free from another process may come before it. A slot nobody frees
+// does not leak: it lapses a minute after its call's deadline, when no
+// worker will run the call any more. A resubmit of an id that holds a
+// slot is the same call: admitted without a second slot or a second
+// charge against the rate.
 //
 // # Admission without waiting
 //

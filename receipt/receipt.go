@@ -176,6 +176,10 @@ const (
 	CheckSignature Check = "signature"
 	// CheckResult: the stored result is not the one the receipt signs.
 	CheckResult Check = "result_hash"
+	// CheckRelease: a verified receipt of a run its reviewers did not
+	// approve: no release, or other arguments, tool or approvers than the
+	// held call's (checked by the approval service, which knows the call).
+	CheckRelease Check = "release"
 )
 
 // CheckError is a failed check of a receipt. It wraps [ErrInvalid], and

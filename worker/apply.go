@@ -134,9 +134,6 @@ func (w *Worker) resultMessage(d *delivery, result windlass.ToolResult) (windlas
 	if d.meta != nil {
 		layout.SetCallRecord(m.Header, d.meta.Timestamp, d.call.Deadline, d.msg.Headers().Get(layout.HeaderArgsHash), d.call.Key)
 	}
-	if w.freesSlot(d) {
-		m.Header[layout.HeaderSlot] = slotFreedHeader
-	}
 	// A receipt is signed over each body the message gets, and counts
 	// towards its size like any header: a result that fits inline only
 	// without its receipt goes by reference.
@@ -299,10 +296,6 @@ func validOrigin(s string) bool {
 	return windlass.ValidateName(s) == nil
 }
 
-// slotFreedHeader is the slot header of an answer whose storing frees
-// its call's admission slot; shared, never modified.
-var slotFreedHeader = []string{layout.SlotFreed}
-
 // freesSlot reports whether the worker frees d's admission slot once its
 // answer is stored (see package limits, "A call's slot"): a call whose
 // message says it holds one, and a call run under a release (published by
@@ -312,4 +305,12 @@ var slotFreedHeader = []string{layout.SlotFreed}
 // dispatcher.
 func (w *Worker) freesSlot(d *delivery) bool {
 	return w.rates != nil && d.msg != nil && (d.msg.Headers().Get(layout.HeaderSlot) == layout.SlotHeld || d.rel != nil)
+}
+
+// freeSlotOf frees d's admission slot, without waiting, when the worker
+// frees it (see freesSlot): once its answer is stored.
+func (w *Worker) freeSlotOf(d *delivery) {
+	if w.freesSlot(d) {
+		w.rates.FreeCall(d.call.Name, d.call.Key, d.call.ID)
+	}
 }

@@ -74,6 +74,7 @@ func (w *Worker) admitGated(d *delivery) (outcome, bool) {
 		if validOrigin(rel.Origin) {
 			d.origin = rel.Origin
 		}
+		d.rel, d.releaseID = &rel, releaseID(d.msg.Headers().Get(release.Header)) // its answer frees its slot, with a receipt
 		return w.unfetched(d, fetchErr), true
 	}
 	if err != nil {
@@ -140,7 +141,10 @@ func (w *Worker) unanswered(d *delivery, rel release.Release, fresh bool) (outco
 		return outcome{}, false
 	case !fresh:
 		// This very message ran; its worker answered, then was lost
-		// before its ack landed.
+		// before its ack landed (perhaps before it freed the call's
+		// slot: freed again, which does nothing if it was).
+		d.rel = &rel
+		w.freeSlotOf(d)
 		return ackedUnrun(countAlreadyAnswered, "worker: redelivered call already answered; acking without running"), true
 	case stored.Code() == windlass.CodeCanceled:
 		// Canceled after its release, before a worker took it: the

@@ -158,6 +158,7 @@ func (w *Worker) alreadyAnswered(d *delivery) (outcome, bool) {
 	if d.released || d.call.Attempt == 1 || !w.answered(d.ctx, d.call.ID) {
 		return outcome{}, false
 	}
+	w.freeSlotOf(d) // its earlier worker may have been lost before it freed the slot
 	return ackedUnrun(countAlreadyAnswered, "worker: redelivered call already answered; acking without running"), true
 }
 

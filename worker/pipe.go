@@ -138,9 +138,7 @@ func (p *resultPipe) again(a *answering) {
 // stored concludes a call whose answer the results stream acknowledged.
 func (p *resultPipe) stored(a *answering, ack *jetstream.PubAck) {
 	<-p.room
-	if a.m.Header.Get(layout.HeaderSlot) == layout.SlotFreed {
-		p.w.rates.FreeCall(a.d.call.Name, a.d.call.Key, a.d.call.ID)
-	}
+	p.w.freeSlotOf(a.d)
 	p.w.countAnswer(a.d, a.asked, a.sent, ack.Duplicate)
 	p.w.conclude(a.d, a.o)
 }

@@ -81,25 +81,23 @@ const (
 	HeaderDeadline = "Windlass-Deadline"
 	// HeaderReceipt carries, on a result, the worker's signed execution
 	// receipt of the call (package receipt; PROTOCOL.md, "Execution
-	// receipts"): on every gated call's result, and on every result of a
-	// worker configured to sign them all.
+	// receipts"): on the result of every call a worker answered under an
+	// approval release, and on every result of a worker configured to
+	// sign them all.
 	HeaderReceipt = "Windlass-Receipt"
 	// HeaderTraceparent carries the call's W3C trace context when tracing
 	// is on (the W3C name; internal/telemetry writes and reads it).
 	HeaderTraceparent = "traceparent"
 	// HeaderSlot, on a call message, says the call holds an admission
-	// slot (value SlotHeld): whoever stores its answer frees the slot once
-	// the answer is stored (package limits, "A call's slot"). On a result
-	// it says the one that stored it frees the slot (value SlotFreed), so
-	// the dispatcher that admitted the call, if it still runs, need not.
+	// slot and its caller does not wait for its answer (value SlotHeld):
+	// whoever stores its answer frees the slot once the answer is stored,
+	// so that the slot is not held after a caller that went away (package
+	// limits, "A call's slot").
 	HeaderSlot = "Windlass-Slot"
 )
 
-// Values of [HeaderSlot].
-const (
-	SlotHeld  = "held"
-	SlotFreed = "freed"
-)
+// SlotHeld is the value of [HeaderSlot].
+const SlotHeld = "held"
 
 // CallSubject is the subject of one call of a tool:
 // windlass.call.<tool>.<call token>. Each call is the one message on its
