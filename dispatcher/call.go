@@ -31,7 +31,11 @@ type callOptions struct {
 	style         windlass.Style
 	allowNoWorker bool
 	key           string
+	detached      bool // Submit: the caller does not wait for the answer here
 }
+
+// detached marks a call its caller does not wait for (see Submit).
+func detached(o *callOptions) { o.detached = true }
 
 // WithCallID sets the call id, for instance the model's own tool-call id,
 // which makes a retried submit idempotent. Default: a new random id.
@@ -120,7 +124,6 @@ type prepared struct {
 	opts     callOptions // as the caller set them
 	counted  *counted    // its count in the metrics; nil: metrics off, or counted by another submit
 	held     *heldSlot   // its slot under the limits' caps; nil: none taken here
-	detached bool        // its caller does not wait for it here (Submit)
 }
 
 // prepare checks a call against the view and encodes it. A refusal is a
@@ -211,7 +214,7 @@ func (d *Dispatcher) prepare(ctx context.Context, name string, args any, opts []
 	if d.tracer.Enabled() {
 		size += traceHeaderReserve // traceparent, injected by publish
 	}
-	if d.admission.enforcer != nil {
+	if d.admission.enforcer != nil && o.detached {
 		size += slotHeaderReserve // set by publish if admission takes a slot
 	}
 	if gated {
@@ -316,7 +319,7 @@ func (d *Dispatcher) publish(ctx context.Context, p *prepared) (duplicate bool, 
 	if err := d.admit(ctx, p); err != nil {
 		return false, err
 	}
-	if p.held != nil && p.detached {
+	if p.held != nil && p.opts.detached {
 		// Its caller may be gone when its answer comes (a CLI's call
 		// --async): whoever stores the answer frees the slot too.
 		p.msg.Header[layout.HeaderSlot] = slotHeldHeader
@@ -605,14 +608,13 @@ func refusal(name string, err error) (windlass.ToolResult, error) {
 // *windlass.CallError carrying the result code (unknown_tool, no_worker,
 // invalid_arguments, payload_too_large, unavailable).
 func (d *Dispatcher) Submit(ctx context.Context, name string, args any, opts ...CallOption) (string, error) {
-	p, err := d.prepare(ctx, name, args, opts)
+	p, err := d.prepare(ctx, name, args, append(opts[:len(opts):len(opts)], detached))
 	if err != nil {
 		r, _ := refusal(name, err)
 		d.metrics.Refused(ctx, r, keyOf(opts))
 		return "", err
 	}
 	d.count(ctx, p) // until its result reaches this instance, whoever reads it
-	p.detached = true
 	if _, err := d.publish(ctx, p); err != nil {
 		return "", err
 	}
