@@ -231,7 +231,11 @@ func TestWorkerLostPastMaxDeliverAndReplay(t *testing.T) {
 		mu.Unlock()
 		return "done", nil
 	})
-	cfg := worker.Config{AckWait: 300 * time.Millisecond, MaxDeliver: maxDeliver}
+	// A 1 s ack wait: with 300 ms, one loaded -race run recorded 5
+	// deliveries, not 2 (the third delivery was followed by more before the
+	// worker buried the call; whether they lapsed or were handed back was
+	// not captured). Passed 6 of 6 runs with 300 ms alone.
+	cfg := worker.Config{AckWait: time.Second, MaxDeliver: maxDeliver}
 	// A first worker creates the tool's consumer and advertises the tool,
 	// then goes away: the call waits in the queue for the lost workers.
 	_, stopFirst := e.startWorker(cfg, tool)
