@@ -84,6 +84,15 @@ func (c *seenCount) room(capacity int, now time.Time) bool {
 	return !c.at.IsZero() && now.Sub(c.at) < freshFor && 4*(c.held+c.since+1) <= capacity
 }
 
+// counted records a count Redis gave for the batch in which a call
+// admitted here without asking would have taken its slot, had it not
+// ended first (its take undone, and counted out by settled already).
+func (c *seenCount) counted(held int, now time.Time) {
+	c.mu.Lock()
+	c.held, c.at = held, now
+	c.mu.Unlock()
+}
+
 // saw records a count Redis gave: after (taken) one of the calls
 // admitted here without asking took its slot, or for a call it decided,
 // which starts the count afresh.
@@ -99,9 +108,9 @@ func (c *seenCount) saw(held int, taken bool, now time.Time) {
 	}
 }
 
-// lost forgets a call admitted here without asking whose slot could not
-// be recorded.
-func (c *seenCount) lost() {
+// settled forgets a call admitted here without asking whose slot will
+// not be recorded: it could not be, or the call ended before it was.
+func (c *seenCount) settled() {
 	c.mu.Lock()
 	c.since = max(c.since-1, 0)
 	c.mu.Unlock()
@@ -127,6 +136,7 @@ const failOpenFor = time.Second
 type heldSlot struct {
 	slot  *limits.Slot
 	lapse time.Time
+	taken [2]*seenCount // the key's and the tool's counts, for a slot taken without asking
 }
 
 // slotHeldHeader is the value of the slot header of every call that
@@ -201,9 +211,17 @@ func (d *Dispatcher) admit(ctx context.Context, p *prepared) error {
 		keyCount.admitted()
 		toolCount.admitted()
 		slot, ok := a.enforcer.Take(tool, key, p.call.ID, lapse, func(t limits.Taken) {
+			if t.Undone { // its call ended first: settled at its free
+				if t.Err == nil {
+					at := time.Now()
+					keyCount.counted(t.KeyInFlight, at)
+					toolCount.counted(t.ToolInFlight, at)
+				}
+				return
+			}
 			if t.Err != nil {
-				keyCount.lost()
-				toolCount.lost()
+				keyCount.settled()
+				toolCount.settled()
 				return // the count goes stale, and a call after it asks
 			}
 			at := time.Now()
@@ -211,14 +229,14 @@ func (d *Dispatcher) admit(ctx context.Context, p *prepared) error {
 			toolCount.saw(t.ToolInFlight, true, at)
 		})
 		if ok {
-			p.held = &heldSlot{slot: slot, lapse: lapse}
+			p.held = &heldSlot{slot: slot, lapse: lapse, taken: [2]*seenCount{keyCount, toolCount}}
 			a.slots.Store(p.call.ID, p.held)
 			return nil
 		}
 		// Too many records waiting: its slot is taken by asking (its
 		// rate, if any, charged already, is charged once more).
-		keyCount.lost()
-		toolCount.lost()
+		keyCount.settled()
+		toolCount.settled()
 	}
 	dec, asked := d.ask(ctx, tool, key, func(ctx context.Context) (limits.Decision, error) {
 		return a.enforcer.Admit(ctx, tool, key, p.call.ID, lapse, l, toolMax)
@@ -281,7 +299,7 @@ func refusedByLimit(tool, key string, dec limits.Decision, l limits.Limit, toolM
 // is not the call stored under its id (which held no slot).
 func (d *Dispatcher) unadmit(p *prepared) {
 	if p.held != nil && d.admission.slots.CompareAndDelete(p.call.ID, p.held) {
-		d.admission.free(p.held.slot)
+		d.admission.free(p.held)
 	}
 	p.held = nil
 }
@@ -314,14 +332,22 @@ func keyOf(opts []CallOption) string {
 // after this instance's take, is the one sure to undo it.
 func (a *admission) ended(callID string) {
 	if v, ok := a.slots.LoadAndDelete(callID); ok {
-		a.free(v.(*heldSlot).slot)
+		a.free(v.(*heldSlot))
 	}
 }
 
-// free frees a slot, without waiting (see limits.Enforcer.Free).
-func (a *admission) free(s *limits.Slot) {
-	if !a.closed.Load() {
-		a.enforcer.Free(s)
+// free frees a slot, without waiting (see limits.Enforcer.Free). A slot
+// taken without asking whose take was not written yet is undone, and its
+// call counted out of the calls admitted here at once: it will never be
+// in the counts Redis gives.
+func (a *admission) free(h *heldSlot) {
+	if a.closed.Load() || !a.enforcer.Free(h.slot) {
+		return
+	}
+	for _, c := range h.taken {
+		if c != nil {
+			c.settled()
+		}
 	}
 }
 

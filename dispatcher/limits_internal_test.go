@@ -47,8 +47,12 @@ func TestSeenCountAdmitsAQuarterWithoutAsking(t *testing.T) {
 	}
 	c.admitted()
 	c.admitted()
-	c.lost() // one of them could not be recorded
+	c.settled() // one of them could not be recorded, or ended before it was
 	if c.since != 1 {
-		t.Errorf("since %d after two admitted and one lost; want 1", c.since)
+		t.Errorf("since %d after two admitted and one settled; want 1", c.since)
+	}
+	c.counted(5, now) // a batch's count, for a take undone: since is unchanged
+	if c.held != 5 || c.since != 1 {
+		t.Errorf("held %d, since %d after counted(5); want 5 and 1", c.held, c.since)
 	}
 }

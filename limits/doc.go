@@ -53,11 +53,18 @@
 // records its slot behind it ([Enforcer.Take]: queued to Redis before the
 // call is published, so before its result can free it). From a quarter
 // of the cap on, and for every call with an id its caller chose, it asks
-// first. So a cap holds exactly for one dispatcher; with several, calls
-// the others admitted without asking in the same round trip may pass it
-// by at most a quarter of the cap each. Rates are always asked
-// ([Enforcer.Charge]): one round trip for a call with a rate, none for
-// one without.
+// first.
+//
+// A recorded slot waits up to 25 ms before it is written, with the others
+// taken meanwhile, and a call that ends within that time (a fast tool's
+// round trip) undoes its slot instead of freeing it: neither is written,
+// so fast calls cost Redis nothing but one count a batch. A free of a
+// slot already written goes at once. A dispatcher that asks writes its
+// own waiting slots first, so a cap holds exactly for one dispatcher;
+// with several, the calls each other one admitted without asking and has
+// not written yet (at most a quarter of the cap) may pass it. Rates are
+// always asked ([Enforcer.Charge]): one round trip for a call with a
+// rate, none for one without.
 //
 // # Execution rates (the workers)
 //

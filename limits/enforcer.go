@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-redis/redis_rate/v10"
@@ -52,20 +54,41 @@ type Decision struct {
 	held bool // the id held its slot already
 }
 
+// leaseKey names a rate's lease: a tool × key under one rate (a rate
+// reconfigured starts a lease of its own).
+type leaseKey struct {
+	tool, key string
+	rate      Rate
+}
+
 // Slot is a call's place under its key's and its tool's caps.
 type Slot struct {
 	tool, key, callID string
+	// written is, for a slot taken without asking, where its take is:
+	// queued, written (or being written), or undone by a Free before it
+	// was written (see recorder).
+	written atomic.Int32
 }
+
+// The states of a take (Slot.written).
+const (
+	takeNone     int32 = iota // not a take: asked, or a FreeCall's
+	takeQueued                // queued, not written yet
+	takeWriting               // in the pipeline on its way to Redis
+	takeWritten               // written (or failed to be)
+	takeCanceled              // freed before it was written: neither is
+)
 
 // Enforcer applies limits shared by every process that uses the same
 // Redis and prefix: the dispatchers' admission limits and the workers'
 // execution rates. It is safe for concurrent use.
 type Enforcer struct {
 	rdb     redis.UniversalClient
-	batch   *batcher // rdb, for the per-call scripts: concurrent calls share round trips
-	records recorder // slots taken without asking, and freed
+	batch   *batcher  // rdb, for the per-call scripts: concurrent calls share round trips
+	records *recorder // slots taken without asking, and freed
 	prefix  string
 	rates   *redis_rate.Limiter
+	leases  sync.Map // leaseKey -> *rateLease
 }
 
 // NewEnforcer returns an enforcer over rdb whose keys start with prefix
@@ -73,8 +96,7 @@ type Enforcer struct {
 func NewEnforcer(rdb redis.UniversalClient, prefix string) *Enforcer {
 	b := newBatcher(rdb)
 	e := &Enforcer{rdb: rdb, batch: b, prefix: prefix, rates: redis_rate.NewLimiter(b)}
-	e.records.e = e
-	e.records.pending = drainer[record]{write: e.records.write, batch: maxRecordBatch, limit: maxRecords}
+	e.records = newRecorder(e)
 	return e
 }
 
@@ -143,9 +165,14 @@ return counts(0)
 // that died holding it). An error means Redis could not be asked; the
 // caller decides what that means (see the package doc, "When Redis is
 // unreachable").
+//
+// The slots this enforcer took without asking and has not written yet
+// (see Take) are written first, so that the caps count them: a cap holds
+// exactly for the calls of one dispatcher, however it admitted them.
 func (e *Enforcer) Admit(ctx context.Context, tool, key, callID string, lapse time.Time, l Limit, toolMax int) (Decision, error) {
 	var dec Decision
 	if l.MaxInFlight > 0 || toolMax > 0 {
+		e.records.takes.flush()
 		var err error
 		dec, err = decide(admitScript.Run(ctx, e.batch, e.admitKeys(tool, key), e.admitArgs(key, callID, lapse, l.MaxInFlight, toolMax)...))
 		if err != nil {
@@ -175,7 +202,18 @@ func (e *Enforcer) Admit(ctx context.Context, tool, key, callID string, lapse ti
 // Charge takes one call of key to tool from rate r, shared by every
 // dispatcher: allowed, or refused with ReasonRate and when to try again.
 // A refused call is not charged.
+//
+// A rate that allows more than a few calls a lease is charged in leases
+// (see rateLease): tokens taken from Redis a few at a time and handed out
+// by this enforcer.
 func (e *Enforcer) Charge(ctx context.Context, tool, key string, r Rate) (Decision, error) {
+	if size := leaseSize(r); size > 1 {
+		v, ok := e.leases.Load(leaseKey{tool, key, r})
+		if !ok {
+			v, _ = e.leases.LoadOrStore(leaseKey{tool, key, r}, new(rateLease))
+		}
+		return e.charge(ctx, v.(*rateLease), tool, key, r, size)
+	}
 	res, err := e.rates.Allow(ctx, e.keyRate(tool, key), redisLimit(r))
 	if err != nil {
 		return Decision{}, fmt.Errorf("limits: rate of key %q for %q: %w", key, tool, err)
@@ -195,7 +233,7 @@ func (e *Enforcer) Charge(ctx context.Context, tool, key string, r Rate) (Decisi
 // too many records wait already: the call is not admitted this way.
 func (e *Enforcer) Take(tool, key, callID string, lapse time.Time, then func(Taken)) (slot *Slot, ok bool) {
 	slot = &Slot{tool: tool, key: key, callID: callID}
-	if !e.records.add(record{slot: slot, lapse: lapse, then: then}) {
+	if !e.records.take(record{slot: slot, lapse: lapse, then: then}) {
 		return nil, false
 	}
 	return slot, true
@@ -203,11 +241,12 @@ func (e *Enforcer) Take(tool, key, callID string, lapse time.Time, then func(Tak
 
 // Free frees the slot of a call that ended, after every slot taken
 // before, without waiting: a slot that cannot be freed (Redis
-// unreachable, too many records waiting) lapses on its own.
-func (e *Enforcer) Free(s *Slot) {
-	if s != nil {
-		e.records.add(record{slot: s})
-	}
+// unreachable, too many records waiting) lapses on its own. A slot Take
+// recorded whose take is still waiting to be written (see recordHold) is
+// undone instead: neither its take nor its free goes to Redis, and undone
+// is true (its take's then runs later with Taken.Undone).
+func (e *Enforcer) Free(s *Slot) (undone bool) {
+	return s != nil && e.records.free(s)
 }
 
 // FreeCall frees the slot of call callID of tool under key, if it holds
@@ -223,11 +262,14 @@ func (e *Enforcer) FreeCall(tool, key, callID string) {
 
 // Wait waits until the slots taken and freed so far are written (or
 // failed to be).
-func (e *Enforcer) Wait() { e.records.pending.wait() }
+func (e *Enforcer) Wait() { e.records.wait() }
 
-// Taken is what Take found: the counts after the call took its slot.
+// Taken is what Take found: the counts after the call took its slot,
+// or, when Undone, the counts of the batch its take would have been
+// written in (Free undid it before: the slot was never counted).
 type Taken struct {
 	KeyInFlight, ToolInFlight int
+	Undone                    bool
 	Err                       error
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -189,5 +191,161 @@ func TestTakeAndFreeInBatches(t *testing.T) {
 	e.Wait()
 	if use, err := e.Use(ctx, "t"); err != nil || len(use) != 0 {
 		t.Errorf("Use after every slot was freed = %v, %v; want none", use, err)
+	}
+}
+
+// A slot freed before its take was written costs Redis no write: the
+// take waits recordHold for the free that undoes it (a fast call's round
+// trip), and neither goes to Redis; the take still hands over the counts.
+func TestTakeFreedWithinTheHoldIsNeverWritten(t *testing.T) {
+	t.Parallel()
+	r := testserver.StartRedis(t)
+	rdb := r.Client(t)
+	e := limits.NewEnforcer(rdb, "test:")
+	ctx := context.Background()
+	lapse := time.Now().Add(time.Minute)
+	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	const calls = 100
+	found := make(chan limits.Taken, calls)
+	for i := range calls {
+		slot, ok := e.Take("t", "k", fmt.Sprintf("call-%d", i), lapse, func(t limits.Taken) { found <- t })
+		if !ok {
+			t.Fatal("Take refused with an empty queue")
+		}
+		e.Free(slot) // the call ended at once
+	}
+	e.Wait()
+	close(found)
+	n := 0
+	for f := range found {
+		n++
+		if f.Err != nil {
+			t.Fatalf("a take undone by its free was handed %v; want the counts", f.Err)
+		}
+	}
+	if n != calls {
+		t.Fatalf("%d takes handed their counts; want %d", n, calls)
+	}
+	stats, err := rdb.Info(ctx, "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Commands a script runs are counted too. A take freed at once may
+	// still be written on a machine so loaded that the free comes a hold
+	// later; most are not.
+	if adds := commandCalls(stats, "zadd"); adds > calls/5 {
+		t.Errorf("Redis ran ZADD %d times for %d slots freed right after their take; want (almost) none\n%s", adds, calls, stats)
+	}
+	if use, err := e.Use(ctx, "t"); err != nil || len(use) != 0 {
+		t.Errorf("Use = %v, %v; want no slot held", use, err)
+	}
+}
+
+// commandCalls is how many times INFO commandstats says cmd ran.
+func commandCalls(stats, cmd string) int {
+	for line := range strings.Lines(stats) {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":calls=")
+		if !ok {
+			continue
+		}
+		n := 0
+		fmt.Sscanf(rest, "%d", &n)
+		return n
+	}
+	return 0
+}
+
+// A high rate is charged in leases: many calls cost a few round trips to
+// Redis, not one each; a key over its rate is refused mostly without
+// asking; and two enforcers (two dispatchers) sharing a rate still admit
+// no more than it allows between them.
+func TestRateIsChargedInLeases(t *testing.T) {
+	t.Parallel()
+	r := testserver.StartRedis(t)
+	rdb := r.Client(t)
+	ctx := context.Background()
+	enforcers := []*limits.Enforcer{limits.NewEnforcer(rdb, "test:"), limits.NewEnforcer(rdb, "test:")}
+	// charge makes 8 callers, half on each enforcer, charge key 300 times
+	// each under rate; it returns what was admitted and refused, how long
+	// it took and how many scripts Redis ran.
+	charge := func(key string, rate limits.Rate) (admitted, refused int64, elapsed time.Duration, asked int) {
+		if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		var ok, no atomic.Int64
+		start := time.Now()
+		var wg sync.WaitGroup
+		for i := range 8 {
+			e := enforcers[i%2]
+			wg.Go(func() {
+				for range 300 {
+					dec, err := e.Charge(ctx, "t", key, rate)
+					switch {
+					case err != nil:
+						t.Error(err)
+						return
+					case dec.Allowed:
+						ok.Add(1)
+					case dec.Reason != limits.ReasonRate || dec.RetryAfter <= 0:
+						t.Errorf("refusal %+v; want the rate's, with a retry-after", dec)
+					default:
+						no.Add(1)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		elapsed = time.Since(start)
+		stats, err := rdb.Info(ctx, "commandstats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok.Load(), no.Load(), elapsed, commandCalls(stats, "evalsha") + commandCalls(stats, "eval")
+	}
+
+	// Under its rate: every call admitted, on a few asks.
+	admitted, refused, elapsed, asked := charge("high", limits.PerSecond(1_000_000))
+	if refused != 0 || asked*4 > 2400 {
+		t.Errorf("2400 calls under 1000000/s: %d refused, %d asks of Redis in %s; want none refused, under 600 asks (leases)", refused, asked, elapsed)
+	}
+	t.Logf("under the rate: %d admitted in %s on %d asks", admitted, elapsed, asked)
+
+	// Over it: 2,000 a second with a burst of 400 (leases of up to 40
+	// calls: 20 ms of the rate; a quarter of the burst is 100).
+	rate := limits.PerSecond(2000).WithBurst(400)
+	admitted, refused, elapsed, asked = charge("over", rate)
+	// The rate's bound over the run, plus what leases may shift into it:
+	// a lease's worth (40) per enforcer.
+	if bound := 400 + int64(2000*elapsed.Seconds()) + 2*40; admitted > bound || admitted < 400 {
+		t.Errorf("admitted %d calls in %s under %s shared by two enforcers; want from 400 (its burst) to %d", admitted, elapsed, rate, bound)
+	}
+	if asked*4 > 2400 {
+		t.Errorf("2400 calls over %s asked Redis %d times; want the refusals mostly answered here", rate, asked)
+	}
+	t.Logf("over the rate: %d admitted, %d refused in %s on %d asks", admitted, refused, elapsed, asked)
+}
+
+// A rate with a small burst is asked on every call: no call is admitted
+// on a lease it does not need.
+func TestSmallRateIsAskedEveryCall(t *testing.T) {
+	t.Parallel()
+	r := testserver.StartRedis(t)
+	ctx := context.Background()
+	a, b := limits.NewEnforcer(r.Client(t), "test:"), limits.NewEnforcer(r.Client(t), "test:")
+	rate := limits.PerMinute(1).WithBurst(4)
+	admitted := 0
+	for i := range 12 {
+		dec, err := []*limits.Enforcer{a, b}[i%2].Charge(ctx, "t", "k", rate)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if dec.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 4 {
+		t.Errorf("admitted %d of 12 under %s; want 4, its burst", admitted, rate)
 	}
 }

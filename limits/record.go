@@ -13,14 +13,34 @@ import (
 // its frees, takes first. A script and a command per call each cost the
 // Redis server, on the same two cores as the fleet in the benchmark,
 // most of what admission still cost once it stopped waiting for Redis
-// (BENCHMARKS.md, "Limits"). Records are written in the order they came:
-// a call's take is queued before the call is published, so before its
-// result can free it.
+// (BENCHMARKS.md, "Limits").
+//
+// Takes wait up to recordHold before they are written, and a Free that
+// comes meanwhile undoes its take (see Enforcer.Free): a call that ends
+// within the hold — a fast tool's round trip — costs Redis nothing but its
+// share of one count a batch. The price: other dispatchers see a slot up
+// to recordHold late, within the quarter of a cap each may admit without
+// asking (see the package doc, and Enforcer.Admit for this dispatcher's
+// own takes still waiting).
+//
+// Frees do not wait: a caller's next call under a cap of one must find
+// its last call's slot free. A call's free never overtakes its take: a
+// take still queued is undone instead, and the free of a take being
+// written goes behind it, in the takes' queue.
 //
 // No goroutine runs while nothing is queued (see drainer).
 type recorder struct {
-	e       *Enforcer
-	pending drainer[record]
+	e     *Enforcer
+	takes drainer[record] // takes, and the frees of takes being written
+	frees drainer[record] // every other free
+}
+
+// newRecorder returns e's recorder.
+func newRecorder(e *Enforcer) *recorder {
+	r := &recorder{e: e}
+	r.takes = drainer[record]{write: r.write, batch: maxRecordBatch, limit: maxRecords, hold: recordHold}
+	r.frees = drainer[record]{write: r.write, batch: maxRecordBatch, limit: maxRecords}
+	return r
 }
 
 // record is one slot to take (lapse set) or to free.
@@ -30,22 +50,54 @@ type record struct {
 	then  func(Taken)
 }
 
-// maxRecords bounds the records queued: past it a take is refused (the
-// caller asks instead) and a free dropped (the slot lapses).
+// maxRecords bounds the records queued in each queue: past it a take is
+// refused (the caller asks instead) and a free dropped (the slot lapses).
 const maxRecords = 1 << 16
 
 // maxRecordBatch bounds the records written in one pipeline.
 const maxRecordBatch = 1024
 
-// add queues rec; false when the queue is full.
-func (r *recorder) add(rec record) bool { return r.pending.add(rec) }
+// recordHold is how long a batch of takes waits for the frees that undo
+// them. At 64 calls in flight a no-op call's round trip is 4–12 ms on the
+// benchmark's machine (BENCHMARKS.md), so most such calls end within it;
+// it is far below freshFor, the second a dispatcher trusts a count for.
+const recordHold = 25 * time.Millisecond
+
+// take queues a take; false when the queue is full.
+func (r *recorder) take(rec record) bool {
+	rec.slot.written.Store(takeQueued)
+	return r.takes.add(rec)
+}
+
+// free queues the free of s, or undoes its take (undone) if that is
+// still queued.
+func (r *recorder) free(s *Slot) (undone bool) {
+	switch {
+	case s.written.CompareAndSwap(takeQueued, takeCanceled):
+		return true
+	case s.written.Load() == takeWriting:
+		r.takes.add(record{slot: s}) // behind its take's batch
+	default:
+		r.frees.add(record{slot: s})
+	}
+	return false
+}
+
+// wait waits until both queues are written.
+func (r *recorder) wait() {
+	r.takes.wait()
+	r.frees.wait()
+}
 
 // takeGroup is the takes of one tool × key in a batch.
 type takeGroup struct {
 	tool, key string
-	args      []any // lapse (ms), id, tool member; for each take
+	latest    int64 // the latest lapse (ms) of its takes still to write
+	args      []any // lapse (ms), id, tool member; for each take to write
 	thens     []func(Taken)
-	cmd       *redis.Cmd
+	undone    []bool           // for each then: its take was undone
+	cmd       *redis.Cmd       // takeScript: the takes, then the counts
+	counts    [2]*redis.IntCmd // when every take was undone: the counts alone
 }
 
 // takeScript records slots taken without asking, whatever the caps: for
@@ -81,7 +133,7 @@ func (r *recorder) write(batch []record) {
 		}
 		frees[set] = append(frees[set], member)
 	}
-	latest := map[*takeGroup]int64{}
+	var writing []*Slot // the takes this batch writes
 	for _, rec := range batch {
 		s := rec.slot
 		if rec.lapse.IsZero() {
@@ -95,22 +147,33 @@ func (r *recorder) write(batch []record) {
 			byKey[[2]string{s.tool, s.key}] = g
 			groups = append(groups, g)
 		}
-		ms := rec.lapse.UnixMilli()
-		latest[g] = max(latest[g], ms)
-		g.args = append(g.args, ms, s.callID, toolMember(s.key, s.callID))
+		undone := !s.written.CompareAndSwap(takeQueued, takeWriting)
 		g.thens = append(g.thens, rec.then)
+		g.undone = append(g.undone, undone)
+		if undone {
+			continue // freed before it was written: only counted
+		}
+		ms := rec.lapse.UnixMilli()
+		g.latest = max(g.latest, ms)
+		g.args = append(g.args, ms, s.callID, toolMember(s.key, s.callID))
+		writing = append(writing, s)
 	}
 	send := func() (forgotten bool) {
 		pipe := e.rdb.Pipeline()
 		for _, g := range groups {
-			g.cmd = takeScript.EvalSha(ctx, pipe, e.admitKeys(g.tool, g.key), append([]any{latest[g]}, g.args...)...)
+			keys := e.admitKeys(g.tool, g.key)
+			if len(g.args) == 0 {
+				g.counts = [2]*redis.IntCmd{pipe.ZCard(ctx, keys[0]), pipe.ZCard(ctx, keys[1])}
+				continue
+			}
+			g.cmd = takeScript.EvalSha(ctx, pipe, keys, append([]any{g.latest}, g.args...)...)
 		}
 		for _, set := range freeOrder {
 			pipe.ZRem(ctx, set, frees[set]...)
 		}
 		_, _ = pipe.Exec(ctx) // each command holds its own result or error
 		for _, g := range groups {
-			forgotten = forgotten || redis.HasErrorPrefix(g.cmd.Err(), "NOSCRIPT")
+			forgotten = forgotten || (g.cmd != nil && redis.HasErrorPrefix(g.cmd.Err(), "NOSCRIPT"))
 		}
 		return forgotten
 	}
@@ -122,16 +185,34 @@ func (r *recorder) write(batch []record) {
 			send()
 		}
 	}
+	for _, s := range writing {
+		s.written.Store(takeWritten) // its free no longer waits behind it
+	}
 	for _, g := range groups {
-		counts, err := g.cmd.Int64Slice()
-		t := Taken{Err: err}
-		if err == nil && len(counts) == 2 {
-			t.KeyInFlight, t.ToolInFlight = int(counts[0]), int(counts[1])
-		}
-		for _, then := range g.thens {
+		t := g.taken()
+		for i, then := range g.thens {
 			if then != nil {
+				t.Undone = g.undone[i]
 				then(t)
 			}
 		}
 	}
+}
+
+// taken is what g's commands found: both counts, or why not.
+func (g *takeGroup) taken() Taken {
+	if g.cmd == nil {
+		key, err := g.counts[0].Result()
+		tool, err2 := g.counts[1].Result()
+		if err == nil {
+			err = err2
+		}
+		return Taken{KeyInFlight: int(key), ToolInFlight: int(tool), Err: err}
+	}
+	counts, err := g.cmd.Int64Slice()
+	t := Taken{Err: err}
+	if err == nil && len(counts) == 2 {
+		t.KeyInFlight, t.ToolInFlight = int(counts[0]), int(counts[1])
+	}
+	return t
 }

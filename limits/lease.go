@@ -1,0 +1,117 @@
+package limits
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// rateLease is one dispatcher's share of a tool × key's admission rate:
+// tokens charged to the shared rate in Redis a few at a time and handed
+// out here, so a key calling many times a second costs one round trip a
+// lease, not one a call. The rate across dispatchers stays exact — every
+// token is charged in Redis before it is handed out — at two prices:
+//
+//   - A lease's tokens lapse unused leaseLife after it was taken (its
+//     key's calls stopped): at most one lease per dispatcher is lost, up
+//     to leaseLife's worth of the rate.
+//   - Calls may start up to leaseLife after their token was charged, so
+//     in any window up to one lease per dispatcher more calls than the
+//     rate allows in that window may start (never more over a period).
+//
+// A refusal is kept too: Redis says when its next token comes, and no
+// dispatcher can have one before, so until then this one refuses its
+// calls without asking — a key that floods costs Redis one ask per token.
+//
+// A lease is sized by the calls this dispatcher admitted in the last
+// leaseLife, and is at most leaseSize: a rate whose quarter burst or
+// leaseLife's worth is one call or less is asked on every call, as
+// before leases (BENCHMARKS.md, "Limits": at 64 calls in flight a rate
+// asked on every call cost a quarter of the fleet's throughput).
+type rateLease struct {
+	mu       sync.Mutex
+	left     int           // tokens charged and not handed out yet
+	until    time.Time     // when they lapse
+	fetching chan struct{} // closed when the lease being taken is in; nil when none is
+	refused  time.Time     // Redis had no token before then: calls till then are refused here
+
+	served int       // calls admitted since window
+	window time.Time // when the current window of leaseLife started
+	demand int       // calls admitted in the last full window
+}
+
+// leaseLife is how long a lease's tokens may be handed out.
+const leaseLife = 20 * time.Millisecond
+
+// leaseSize is the most tokens of r one lease takes: a quarter of its
+// burst, and no more than leaseLife's worth of it.
+func leaseSize(r Rate) int {
+	perLife := int(float64(r.Events) * float64(leaseLife) / float64(r.Per))
+	return max(1, min(r.burst()/4, perLife))
+}
+
+// count counts a call admitted at now, in l's windows; l.mu is held.
+func (l *rateLease) count(now time.Time) {
+	switch since := now.Sub(l.window); {
+	case since >= 2*leaseLife:
+		l.demand, l.served, l.window = 0, 0, now
+	case since >= leaseLife:
+		l.demand, l.served, l.window = l.served, 0, now
+	}
+	l.served++
+}
+
+// charge admits one call under r from l, taking a lease from Redis when
+// l has no token left; refused with ReasonRate when Redis has none
+// either.
+func (e *Enforcer) charge(ctx context.Context, l *rateLease, tool, key string, r Rate, size int) (Decision, error) {
+	for {
+		l.mu.Lock()
+		now := time.Now()
+		if l.left > 0 && now.Before(l.until) {
+			l.left--
+			l.count(now)
+			l.mu.Unlock()
+			return Decision{Allowed: true}, nil
+		}
+		if now.Before(l.refused) { // no token exists before then, for anyone
+			after := l.refused.Sub(now)
+			l.mu.Unlock()
+			return Decision{Reason: ReasonRate, RetryAfter: after}, nil
+		}
+		if wait := l.fetching; wait != nil {
+			l.mu.Unlock()
+			select {
+			case <-wait:
+				continue // its tokens, if any, are shared
+			case <-ctx.Done():
+				return Decision{}, fmt.Errorf("limits: rate of key %q for %q: %w", key, tool, ctx.Err())
+			}
+		}
+		want := max(1, min(size, l.demand))
+		done := make(chan struct{})
+		l.fetching = done
+		l.mu.Unlock()
+
+		res, err := e.rates.AllowAtMost(ctx, e.keyRate(tool, key), redisLimit(r), want)
+
+		l.mu.Lock()
+		l.fetching = nil
+		close(done)
+		if err != nil {
+			l.mu.Unlock()
+			return Decision{}, fmt.Errorf("limits: rate of key %q for %q: %w", key, tool, err)
+		}
+		if res.Allowed == 0 {
+			l.refused = time.Now().Add(res.RetryAfter)
+			l.mu.Unlock()
+			return Decision{Reason: ReasonRate, RetryAfter: res.RetryAfter}, nil
+		}
+		now = time.Now()
+		l.left, l.until = res.Allowed-1, now.Add(leaseLife)
+		l.count(now)
+		l.mu.Unlock()
+		return Decision{Allowed: true}, nil
+	}
+}
