@@ -210,7 +210,7 @@ func (d *Dispatcher) admit(ctx context.Context, p *prepared) error {
 		}
 		keyCount.admitted()
 		toolCount.admitted()
-		slot, ok := a.enforcer.Take(tool, key, p.call.ID, lapse, func(t limits.Taken) {
+		slot, ok := a.enforcer.Take(tool, key, p.call.ID, lapse, !p.opts.detached, func(t limits.Taken) {
 			if t.Undone { // its call ended first: settled at its free
 				if t.Err == nil {
 					at := time.Now()

@@ -173,10 +173,26 @@ func BenchmarkScenarios(b *testing.B) {
 //	go test -run '^$' -bench FleetCall/inflight=64 -benchtime 20000x -cpuprofile cpu.out ./integration/
 //	go tool pprof -top integration.test cpu.out
 func BenchmarkFleetCall(b *testing.B) {
+	benchAlone(b, func(env *bench.Env) bench.CallFunc { return env.Fleet(bench.NoopTool, 128, 0) })
+}
+
+// BenchmarkStoredCall is the stored baseline alone (the raw JetStream
+// round trip that stores what the fleet stores, see BENCHMARKS.md), the
+// side to profile beside BenchmarkFleetCall: their difference per call is
+// the fleet's own code.
+//
+//	go test -run '^$' -bench StoredCall/inflight=64 -benchtime 30000x -cpuprofile stored.out ./integration/
+func BenchmarkStoredCall(b *testing.B) {
+	benchAlone(b, func(env *bench.Env) bench.CallFunc { return env.RawStored(128, 0) })
+}
+
+// benchAlone measures one path alone at 1 and 64 in flight, with its
+// allocations: the call path of BenchmarkFleetCall and BenchmarkStoredCall.
+func benchAlone(b *testing.B, path func(*bench.Env) bench.CallFunc) {
 	env := startBench(b)
 	for _, inflight := range []int{1, 64} {
 		b.Run(fmt.Sprintf("inflight=%d", inflight), func(b *testing.B) {
-			call := env.Fleet(bench.NoopTool, 128, 0)
+			call := path(env)
 			bench.Measure(context.Background(), bench.Load{InFlight: inflight, Calls: 200}, call, nil)
 			b.ReportAllocs()
 			b.ResetTimer()

@@ -63,7 +63,7 @@ func do[C redis.Cmder](ctx context.Context, b *batcher, build func(redis.Pipelin
 
 // enqueue queues r and returns at once: its command is sent after every
 // command queued before it, and r.done is closed once it has its answer.
-func (b *batcher) enqueue(r *batched) { b.pending.add(r) }
+func (b *batcher) enqueue(r *batched) { b.pending.add(r, false) }
 
 // send sends one batch in one pipeline.
 func (b *batcher) send(batch []*batched) {

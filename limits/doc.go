@@ -65,15 +65,17 @@
 // not written yet (at most a quarter of the cap) may pass it.
 //
 // A rate is charged in Redis before its call is admitted
-// ([Enforcer.Charge]). A rate that allows more than four calls in 20 ms
-// and in a quarter of its burst is charged in leases: a dispatcher takes
-// up to that many tokens in one round trip (as many as it admitted in
-// the last 20 ms) and hands them out for 20 ms; tokens unused by then
-// lapse. A refusal is kept until Redis says the next token comes. So the
-// rate holds across dispatchers — every token is charged before it is
-// used — with two prices: a dispatcher whose key's calls stop loses its
-// lease's tokens, and calls may start up to 20 ms after their token was
-// charged. Any other rate is asked on every call.
+// ([Enforcer.Charge]). A rate that allows at least two calls in 20 ms
+// and in a quarter of its burst (100/s with a burst of 8 or more) is
+// charged in leases: a dispatcher takes up to that many tokens in one
+// round trip (as many as it admitted in the last 20 ms, or as many calls
+// as wait for them; one when fewer are left) and hands them out for
+// 20 ms; tokens unused by then lapse. A refusal is kept until Redis says
+// the next token comes. So the rate holds across dispatchers — every
+// token is charged before it is used, and every one charged is handed
+// out or lapses — with two prices: a dispatcher whose key's calls stop
+// loses its lease's tokens, and calls may start up to 20 ms after their
+// token was charged. Any other rate is asked on every call.
 //
 // # Execution rates (the workers)
 //
@@ -142,7 +144,7 @@
 //
 // Rates are github.com/go-redis/redis_rate: GCRA in one Lua script on
 // Redis's clock, a well-kept limiter on the Redis the fleet already
-// runs, one round trip per charge (AllowAtMost charges a lease) and
+// runs, one round trip per charge (AllowN charges a lease) and
 // exact across replicas. A NATS
 // key-value counter would need a compare-and-swap loop per call, several
 // round trips under contention. The caps are not rates but counts of

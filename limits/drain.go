@@ -1,6 +1,7 @@
 package limits
 
 import (
+	"context"
 	"sync"
 	"time"
 )
@@ -10,27 +11,30 @@ import (
 // add to find it idle starts it, and it ends when the queue is empty.
 //
 // With a hold, a batch is written once its first item has waited hold,
-// or at once when batch items wait or [drainer.wait] is waiting: items
-// that come meanwhile share its write.
+// or at once when batch items wait, when an item added with now (or
+// before one) waits, or while [drainer.flush] or [drainer.wait] waits:
+// items that come meanwhile share its write.
 type drainer[T any] struct {
 	write func([]T)
 	batch int           // most items a write takes
 	limit int           // most items queued; 0: no bound
 	hold  time.Duration // how long the first item waits for company; 0: none
 
-	mu      sync.Mutex
-	queue   []T
-	first   time.Time     // when the queue's first item came (with a hold)
-	added   uint64        // items ever queued
-	written uint64        // items ever written
-	running bool          // the goroutine runs
-	hurry   int           // callers in wait or flush: write without holding
-	wake    chan struct{} // (cap 1) ends a hold early, for them
-	changed sync.Cond     // on mu: broadcast after each write, and when the goroutine ends
+	mu       sync.Mutex
+	queue    []T
+	first    time.Time     // when the queue's first item came (with a hold)
+	added    uint64        // items ever queued
+	written  uint64        // items ever written
+	due      uint64        // the items up to this count are written without holding
+	running  bool          // the goroutine runs
+	hurry    int           // callers in wait: write without holding
+	wake     chan struct{} // (cap 1) ends a hold early
+	progress chan struct{} // closed (and replaced) after each write, and when the goroutine ends
 }
 
-// add queues item; false when limit items wait already.
-func (q *drainer[T]) add(item T) bool {
+// add queues item; false when limit items wait already. With now, it and
+// every item before it are written without holding them.
+func (q *drainer[T]) add(item T, now bool) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.limit > 0 && len(q.queue) >= q.limit {
@@ -41,6 +45,9 @@ func (q *drainer[T]) add(item T) bool {
 	}
 	q.queue = append(q.queue, item)
 	q.added++
+	if now {
+		q.hurryTo(q.added)
+	}
 	if !q.running {
 		q.running = true
 		go q.drain()
@@ -55,11 +62,11 @@ func (q *drainer[T]) drain() {
 		n := min(len(q.queue), q.batch)
 		if n == 0 {
 			q.running = false
-			q.changed.Broadcast()
+			q.signal()
 			q.mu.Unlock()
 			return
 		}
-		if left := q.hold - time.Since(q.first); q.hold > 0 && left > 0 && n < q.batch && q.hurry == 0 {
+		if left := q.hold - time.Since(q.first); left > 0 && q.holding(n) {
 			wake := q.wakeChan()
 			q.mu.Unlock()
 			t := time.NewTimer(left)
@@ -81,8 +88,23 @@ func (q *drainer[T]) drain() {
 		q.write(batch)
 		q.mu.Lock()
 		q.written += uint64(n)
-		q.changed.Broadcast()
+		q.signal()
 		q.mu.Unlock()
+	}
+}
+
+// holding reports whether the next batch of n items may wait for
+// company; q.mu is held.
+func (q *drainer[T]) holding(n int) bool {
+	return q.hold > 0 && n < q.batch && q.hurry == 0 && q.written >= q.due
+}
+
+// hurryTo makes the items up to count due now; q.mu is held.
+func (q *drainer[T]) hurryTo(count uint64) {
+	q.due = max(q.due, count)
+	select {
+	case q.wakeChan() <- struct{}{}:
+	default:
 	}
 }
 
@@ -94,43 +116,57 @@ func (q *drainer[T]) wakeChan() chan struct{} {
 	return q.wake
 }
 
+// signal tells the waiters that something was written or the goroutine
+// ended; q.mu is held.
+func (q *drainer[T]) signal() {
+	if q.progress != nil {
+		close(q.progress)
+		q.progress = nil
+	}
+}
+
+// changed is closed at the next signal; q.mu is held.
+func (q *drainer[T]) changed() <-chan struct{} {
+	if q.progress == nil {
+		q.progress = make(chan struct{})
+	}
+	return q.progress
+}
+
 // wait waits until the queue is empty and its goroutine has ended,
 // writing what waits without holding it. Items may be added meanwhile,
 // and after.
 func (q *drainer[T]) wait() {
 	q.mu.Lock()
-	defer q.mu.Unlock()
-	defer q.hurried()()
+	q.hurry++
+	q.hurryTo(q.added)
 	for q.running {
-		q.changed.Wait()
+		ch := q.changed()
+		q.mu.Unlock()
+		<-ch
+		q.mu.Lock()
 	}
+	q.hurry--
+	q.mu.Unlock()
 }
 
 // flush writes the items queued so far without holding them, and waits
-// until they are written; items added meanwhile are not waited for.
-func (q *drainer[T]) flush() {
+// until they are written or ctx ends; items added meanwhile are not
+// waited for.
+func (q *drainer[T]) flush(ctx context.Context) error {
 	q.mu.Lock()
-	defer q.mu.Unlock()
 	target := q.added
-	if q.written >= target {
-		return
-	}
-	defer q.hurried()()
+	q.hurryTo(target)
 	for q.written < target {
-		q.changed.Wait()
+		ch := q.changed()
+		q.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		q.mu.Lock()
 	}
-}
-
-// hurried makes the goroutine write without holding until the function
-// it returns is called; q.mu is held.
-func (q *drainer[T]) hurried() (done func()) {
-	if q.changed.L == nil {
-		q.changed.L = &q.mu
-	}
-	q.hurry++
-	select {
-	case q.wakeChan() <- struct{}{}:
-	default:
-	}
-	return func() { q.hurry-- }
+	q.mu.Unlock()
+	return nil
 }

@@ -172,7 +172,9 @@ return counts(0)
 func (e *Enforcer) Admit(ctx context.Context, tool, key, callID string, lapse time.Time, l Limit, toolMax int) (Decision, error) {
 	var dec Decision
 	if l.MaxInFlight > 0 || toolMax > 0 {
-		e.records.takes.flush()
+		if err := e.records.takes.flush(ctx); err != nil {
+			return Decision{}, fmt.Errorf("limits: admit a call of %q for key %q: write the slots taken before: %w", tool, key, err)
+		}
 		var err error
 		dec, err = decide(admitScript.Run(ctx, e.batch, e.admitKeys(tool, key), e.admitArgs(key, callID, lapse, l.MaxInFlight, toolMax)...))
 		if err != nil {
@@ -231,9 +233,13 @@ func (e *Enforcer) Charge(ctx context.Context, tool, key string, r Rate) (Decisi
 // it could not be recorded (the slot then is not held). then runs on the
 // goroutine that writes the records: it must not wait. ok is false when
 // too many records wait already: the call is not admitted this way.
-func (e *Enforcer) Take(tool, key, callID string, lapse time.Time, then func(Taken)) (slot *Slot, ok bool) {
+//
+// A slot only its taker frees (ownFree) waits up to 25 ms for its Free,
+// which then undoes it (see recorder); one that another process may free
+// ([Enforcer.FreeCall]) is written at once.
+func (e *Enforcer) Take(tool, key, callID string, lapse time.Time, ownFree bool, then func(Taken)) (slot *Slot, ok bool) {
 	slot = &Slot{tool: tool, key: key, callID: callID}
-	if !e.records.take(record{slot: slot, lapse: lapse, then: then}) {
+	if !e.records.take(record{slot: slot, lapse: lapse, then: then}, !ownFree) {
 		return nil, false
 	}
 	return slot, true

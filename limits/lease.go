@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/go-redis/redis_rate/v10"
 )
 
 // rateLease is one dispatcher's share of a tool × key's admission rate:
@@ -25,7 +27,8 @@ import (
 // calls without asking — a key that floods costs Redis one ask per token.
 //
 // A lease is sized by the calls this dispatcher admitted in the last
-// leaseLife, and is at most leaseSize: a rate whose quarter burst or
+// leaseLife, or by the calls waiting for it if more, and is at most
+// leaseSize: a rate whose quarter burst or
 // leaseLife's worth is one call or less is asked on every call, as
 // before leases (BENCHMARKS.md, "Limits": at 64 calls in flight a rate
 // asked on every call cost a quarter of the fleet's throughput).
@@ -35,6 +38,8 @@ type rateLease struct {
 	until    time.Time     // when they lapse
 	fetching chan struct{} // closed when the lease being taken is in; nil when none is
 	refused  time.Time     // Redis had no token before then: calls till then are refused here
+
+	waiting int // calls waiting for the lease being taken: the next one is sized for them too
 
 	served int       // calls admitted since window
 	window time.Time // when the current window of leaseLife started
@@ -81,20 +86,26 @@ func (e *Enforcer) charge(ctx context.Context, l *rateLease, tool, key string, r
 			return Decision{Reason: ReasonRate, RetryAfter: after}, nil
 		}
 		if wait := l.fetching; wait != nil {
+			l.waiting++
 			l.mu.Unlock()
 			select {
 			case <-wait:
-				continue // its tokens, if any, are shared
 			case <-ctx.Done():
-				return Decision{}, fmt.Errorf("limits: rate of key %q for %q: %w", key, tool, ctx.Err())
 			}
+			l.mu.Lock()
+			l.waiting--
+			l.mu.Unlock()
+			if err := ctx.Err(); err != nil {
+				return Decision{}, fmt.Errorf("limits: rate of key %q for %q: %w", key, tool, err)
+			}
+			continue // its tokens, if any, are shared
 		}
-		want := max(1, min(size, l.demand))
+		want := max(1, min(size, max(l.demand, l.waiting+1)))
 		done := make(chan struct{})
 		l.fetching = done
 		l.mu.Unlock()
 
-		res, err := e.rates.AllowAtMost(ctx, e.keyRate(tool, key), redisLimit(r), want)
+		res, err := e.lease(ctx, tool, key, r, want)
 
 		l.mu.Lock()
 		l.fetching = nil
@@ -114,4 +125,16 @@ func (e *Enforcer) charge(ctx context.Context, l *rateLease, tool, key string, r
 		l.mu.Unlock()
 		return Decision{Allowed: true}, nil
 	}
+}
+
+// lease charges want tokens of r at once, or, when fewer are left, one.
+// (redis_rate's AllowAtMost would take what is left in one round trip,
+// but it charges the fraction of a token it cannot hand out: a key over
+// its rate got about three quarters of it.)
+func (e *Enforcer) lease(ctx context.Context, tool, key string, r Rate, want int) (*redis_rate.Result, error) {
+	res, err := e.rates.AllowN(ctx, e.keyRate(tool, key), redisLimit(r), want)
+	if err != nil || res.Allowed > 0 || want == 1 {
+		return res, err
+	}
+	return e.rates.AllowN(ctx, e.keyRate(tool, key), redisLimit(r), 1)
 }

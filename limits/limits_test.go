@@ -160,7 +160,7 @@ func TestTakeAndFreeInBatches(t *testing.T) {
 	found := make(chan limits.Taken, 300)
 	for i := range 300 {
 		key := []string{"a", "b", "c"}[i%3]
-		slot, ok := e.Take("t", key, fmt.Sprintf("call-%d", i), lapse, func(t limits.Taken) { found <- t })
+		slot, ok := e.Take("t", key, fmt.Sprintf("call-%d", i), lapse, true, func(t limits.Taken) { found <- t })
 		if !ok {
 			t.Fatal("Take refused with an empty queue")
 		}
@@ -210,7 +210,7 @@ func TestTakeFreedWithinTheHoldIsNeverWritten(t *testing.T) {
 	const calls = 100
 	found := make(chan limits.Taken, calls)
 	for i := range calls {
-		slot, ok := e.Take("t", "k", fmt.Sprintf("call-%d", i), lapse, func(t limits.Taken) { found <- t })
+		slot, ok := e.Take("t", "k", fmt.Sprintf("call-%d", i), lapse, true, func(t limits.Taken) { found <- t })
 		if !ok {
 			t.Fatal("Take refused with an empty queue")
 		}
@@ -347,5 +347,46 @@ func TestSmallRateIsAskedEveryCall(t *testing.T) {
 	}
 	if admitted != 4 {
 		t.Errorf("admitted %d of 12 under %s; want 4, its burst", admitted, rate)
+	}
+}
+
+// A key calling over its leased rate gets the whole rate, not less:
+// every token charged in Redis is handed out. (redis_rate's AllowAtMost
+// charged the fraction of a token it could not hand out, and such a key
+// got about three quarters of its rate.) Callers refused wait the
+// retry-after they are told, as a client would.
+func TestLeasedRateIsNotUnderAdmitted(t *testing.T) {
+	t.Parallel()
+	r := testserver.StartRedis(t)
+	ctx := context.Background()
+	rate := limits.PerSecond(500).WithBurst(100) // leases of up to 10 calls
+	enforcers := []*limits.Enforcer{limits.NewEnforcer(r.Client(t), "test:"), limits.NewEnforcer(r.Client(t), "test:")}
+	var admitted atomic.Int64
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := range 8 {
+		e := enforcers[i%2]
+		wg.Go(func() {
+			for time.Since(start) < time.Second {
+				dec, err := e.Charge(ctx, "t", "flood", rate)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if dec.Allowed {
+					admitted.Add(1)
+					continue
+				}
+				time.Sleep(dec.RetryAfter) // what the refusal says
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	allows := 100 + 500*elapsed.Seconds()
+	n := float64(admitted.Load())
+	t.Logf("admitted %.0f in %s under %s: %.2f × what it allows (%.0f)", n, elapsed, rate, n/allows, allows)
+	if n < 0.9*allows || n > allows+2*10 {
+		t.Errorf("admitted %.0f calls in %s under %s shared by two enforcers; want from 0.9 × to what it allows (%.0f), plus a lease each", n, elapsed, rate, allows)
 	}
 }

@@ -26,7 +26,11 @@ import (
 // Frees do not wait: a caller's next call under a cap of one must find
 // its last call's slot free. A call's free never overtakes its take: a
 // take still queued is undone instead, and the free of a take being
-// written goes behind it, in the takes' queue.
+// written goes right behind it, in the takes' queue. Nor do the takes of
+// slots another process may free (a call submitted without waiting for
+// its answer, freed by whoever stores it): another's free of a slot not
+// written yet would come first, and the slot would be held until it
+// lapses.
 //
 // No goroutine runs while nothing is queued (see drainer).
 type recorder struct {
@@ -63,10 +67,11 @@ const maxRecordBatch = 1024
 // it is far below freshFor, the second a dispatcher trusts a count for.
 const recordHold = 25 * time.Millisecond
 
-// take queues a take; false when the queue is full.
-func (r *recorder) take(rec record) bool {
+// take queues a take; false when the queue is full. With now, it is
+// written without holding it.
+func (r *recorder) take(rec record, now bool) bool {
 	rec.slot.written.Store(takeQueued)
-	return r.takes.add(rec)
+	return r.takes.add(rec, now)
 }
 
 // free queues the free of s, or undoes its take (undone) if that is
@@ -76,9 +81,9 @@ func (r *recorder) free(s *Slot) (undone bool) {
 	case s.written.CompareAndSwap(takeQueued, takeCanceled):
 		return true
 	case s.written.Load() == takeWriting:
-		r.takes.add(record{slot: s}) // behind its take's batch
+		r.takes.add(record{slot: s}, true) // behind its take's batch, not held
 	default:
-		r.frees.add(record{slot: s})
+		r.frees.add(record{slot: s}, false)
 	}
 	return false
 }
