@@ -71,41 +71,33 @@ type seenCount struct {
 // asking.
 const freshFor = time.Second
 
-// room reports whether a call may be admitted under cap without asking:
-// the cap is off, or the count is fresh and, with the calls admitted here
-// since and this one, at most a quarter of the cap (see package limits,
-// "Admission without waiting").
-func (c *seenCount) room(capacity int, now time.Time) bool {
-	if capacity <= 0 {
-		return true
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return !c.at.IsZero() && now.Sub(c.at) < freshFor && 4*(c.held+c.since+1) <= capacity
+// fits reports whether a call may be admitted under capacity without
+// asking: the cap is off, or the count is fresh and, with the calls
+// admitted here since and this one, at most a quarter of the cap (see
+// package limits, "Admission without waiting"). c.mu is held.
+func (c *seenCount) fits(capacity int, now time.Time) bool {
+	return capacity <= 0 || (!c.at.IsZero() && now.Sub(c.at) < freshFor && 4*(c.held+c.since+1) <= capacity)
 }
 
-// counted records a count Redis gave for the batch in which a call
-// admitted here without asking would have taken its slot, had it not
-// ended first (its take undone, and counted out by settled already).
+// counted records a count Redis gave: for a call it decided, or for the
+// batch in which a call admitted here without asking would have taken
+// its slot, had it not ended first (its take undone, and counted out by
+// settled already). The calls admitted here since stay counted: their
+// slots are not in it, or are and their takes' answers are still to
+// come (counting them twice for that moment errs on the cap's side).
 func (c *seenCount) counted(held int, now time.Time) {
 	c.mu.Lock()
 	c.held, c.at = held, now
 	c.mu.Unlock()
 }
 
-// saw records a count Redis gave: after (taken) one of the calls
-// admitted here without asking took its slot, or for a call it decided,
-// which starts the count afresh.
-func (c *seenCount) saw(held int, taken bool, now time.Time) {
+// recorded records a count Redis gave once one of the calls admitted
+// here without asking took its slot: that call is in held now.
+func (c *seenCount) recorded(held int, now time.Time) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	c.held, c.at = held, now
-	switch {
-	case !taken:
-		c.since = 0
-	case c.since > 0:
-		c.since--
-	}
+	c.since = max(c.since-1, 0)
+	c.mu.Unlock()
 }
 
 // settled forgets a call admitted here without asking whose slot will
@@ -116,11 +108,30 @@ func (c *seenCount) settled() {
 	c.mu.Unlock()
 }
 
-// admitted counts a call admitted without asking.
-func (c *seenCount) admitted() {
+// claim counts a call admitted without asking if there is room for it
+// under capacity (see fits), in one step: calls that find room at the
+// same moment cannot all take it.
+func (c *seenCount) claim(capacity int, now time.Time) bool {
 	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.fits(capacity, now) {
+		return false
+	}
 	c.since++
-	c.mu.Unlock()
+	return true
+}
+
+// claimRoom claims room under the key's cap and then the tool's, or
+// neither.
+func claimRoom(key *seenCount, keyCap int, tool *seenCount, toolCap int, now time.Time) bool {
+	if !key.claim(keyCap, now) {
+		return false
+	}
+	if !tool.claim(toolCap, now) {
+		key.settled()
+		return false
+	}
+	return true
 }
 
 // admitTimeout bounds one admission check: Redis answers in well under a
@@ -193,48 +204,49 @@ func (d *Dispatcher) admit(ctx context.Context, p *prepared) error {
 		return nil
 	}
 	lapse := p.call.Deadline.Add(slotGrace)
-	if !p.ownID && keyCount.room(l.MaxInFlight, now) && toolCount.room(toolMax, now) {
-		// Far from both caps as last seen: only its rate, if any, is
-		// asked, and its slot is recorded behind it (before its result
-		// can free it). Only for a random id: one the caller chose may be
-		// a resubmit, whose slot is its first submit's.
-		if !l.Rate.IsZero() {
-			dec, asked := d.ask(ctx, tool, key, func(ctx context.Context) (limits.Decision, error) { return a.enforcer.Charge(ctx, tool, key, l.Rate) })
-			if !asked {
-				return nil
-			}
-			if !dec.Allowed {
-				d.metrics.Limited(ctx, tool, key, string(dec.Reason))
-				return refusedByLimit(tool, key, dec, l, toolMax)
-			}
-		}
-		keyCount.admitted()
-		toolCount.admitted()
+	if !p.ownID && claimRoom(keyCount, l.MaxInFlight, toolCount, toolMax, now) {
+		// Far from both caps as last seen, and its room claimed: its slot
+		// is recorded behind it (queued before it is published, so before
+		// its result can free it, and before any later ask of this
+		// dispatcher), and only its rate, if any, is asked. Only for a
+		// random id: one the caller chose may be a resubmit, whose slot
+		// is its first submit's.
 		slot, ok := a.enforcer.Take(tool, key, p.call.ID, lapse, !p.opts.detached, func(t limits.Taken) {
-			if t.Undone { // its call ended first: settled at its free
+			at := time.Now()
+			switch {
+			case t.Undone: // its call ended first: settled at its free
 				if t.Err == nil {
-					at := time.Now()
 					keyCount.counted(t.KeyInFlight, at)
 					toolCount.counted(t.ToolInFlight, at)
 				}
-				return
-			}
-			if t.Err != nil {
+			case t.Err != nil: // the count goes stale, and a call after it asks
 				keyCount.settled()
 				toolCount.settled()
-				return // the count goes stale, and a call after it asks
+			default:
+				keyCount.recorded(t.KeyInFlight, at)
+				toolCount.recorded(t.ToolInFlight, at)
 			}
-			at := time.Now()
-			keyCount.saw(t.KeyInFlight, true, at)
-			toolCount.saw(t.ToolInFlight, true, at)
 		})
 		if ok {
-			p.held = &heldSlot{slot: slot, lapse: lapse, taken: [2]*seenCount{keyCount, toolCount}}
+			h := &heldSlot{slot: slot, lapse: lapse, taken: [2]*seenCount{keyCount, toolCount}}
+			if !l.Rate.IsZero() {
+				dec, asked := d.ask(ctx, tool, key, func(ctx context.Context) (limits.Decision, error) { return a.enforcer.Charge(ctx, tool, key, l.Rate) })
+				if !asked || !dec.Allowed {
+					a.free(h) // admitted unchecked, or refused: it holds no slot
+				}
+				if !asked {
+					return nil
+				}
+				if !dec.Allowed {
+					d.metrics.Limited(ctx, tool, key, string(dec.Reason))
+					return refusedByLimit(tool, key, dec, l, toolMax)
+				}
+			}
+			p.held = h
 			a.slots.Store(p.call.ID, p.held)
 			return nil
 		}
-		// Too many records waiting: its slot is taken by asking (its
-		// rate, if any, charged already, is charged once more).
+		// Too many records waiting: its slot is taken by asking.
 		keyCount.settled()
 		toolCount.settled()
 	}
@@ -246,8 +258,8 @@ func (d *Dispatcher) admit(ctx context.Context, p *prepared) error {
 	}
 	if dec.KeyInFlight > 0 || dec.ToolInFlight > 0 {
 		at := time.Now()
-		keyCount.saw(dec.KeyInFlight, false, at)
-		toolCount.saw(dec.ToolInFlight, false, at)
+		keyCount.counted(dec.KeyInFlight, at)
+		toolCount.counted(dec.ToolInFlight, at)
 	}
 	if !dec.Allowed {
 		d.metrics.Limited(ctx, tool, key, string(dec.Reason))

@@ -8,48 +8,56 @@ import (
 // TestSeenCountAdmitsAQuarterWithoutAsking: a dispatcher admits without
 // asking Redis only while the count it last saw, plus the calls it
 // admitted since, stays within a quarter of the cap, and only on a fresh
-// count; a count Redis gives for a call it decided starts afresh.
+// count; a count Redis gives replaces the one seen, and the calls
+// admitted since leave the count as their slots are recorded.
 func TestSeenCountAdmitsAQuarterWithoutAsking(t *testing.T) {
 	now := time.Now()
 	var c seenCount
-	if c.room(8, now) {
+	// room probes for room without keeping the claim.
+	room := func(capacity int, at time.Time) bool {
+		if !c.claim(capacity, at) {
+			return false
+		}
+		c.settled()
+		return true
+	}
+	if room(8, now) {
 		t.Fatal("room before Redis ever said a count")
 	}
-	if !c.room(0, now) || !c.room(-1, now) {
+	if !room(0, now) || !room(-1, now) {
 		t.Fatal("no room under no cap")
 	}
-	c.saw(0, false, now)
+	c.counted(0, now)
 	admitted := 0
 	for range 100 {
-		if !c.room(8, now) {
+		if !c.claim(8, now) {
 			break
 		}
-		c.admitted()
 		admitted++
 	}
 	if admitted != 2 {
 		t.Fatalf("admitted %d without asking under a cap of 8 from 0; want 2 (a quarter)", admitted)
 	}
-	c.saw(1, true, now) // the first one's slot recorded: 1 held, 1 admitted since
-	if c.room(8, now) {
+	c.recorded(1, now) // the first one's slot recorded: 1 held, 1 admitted since
+	if room(8, now) {
 		t.Error("room with 1 held and 1 admitted since, under a cap of 8")
 	}
-	c.saw(2, true, now) // the second one's
+	c.recorded(2, now) // the second one's
 	if c.held != 2 || c.since != 0 {
 		t.Errorf("held %d, since %d; want 2 and 0", c.held, c.since)
 	}
-	c.saw(1, false, now) // the same seen by a call Redis decided
-	if !c.room(8, now) {
+	c.counted(1, now) // a call Redis decided saw one slot freed
+	if !room(8, now) {
 		t.Error("no room with 1 held under a cap of 8")
 	}
-	if c.room(8, now.Add(freshFor)) {
+	if room(8, now.Add(freshFor)) {
 		t.Error("room on a count freshFor old")
 	}
-	c.admitted()
-	c.admitted()
+	c.claim(0, now)
+	c.claim(0, now)
 	c.settled() // one of them could not be recorded, or ended before it was
 	if c.since != 1 {
-		t.Errorf("since %d after two admitted and one settled; want 1", c.since)
+		t.Errorf("since %d after two claimed and one settled; want 1", c.since)
 	}
 	c.counted(5, now) // a batch's count, for a take undone: since is unchanged
 	if c.held != 5 || c.since != 1 {

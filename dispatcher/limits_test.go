@@ -441,3 +441,48 @@ func TestSlotIsFreedWhereverTheCallEnds(t *testing.T) {
 		})
 	}
 }
+
+// TestSmallCapHoldsUnderConcurrentSubmits: a cap small beside the calls
+// submitted at once holds exactly for one dispatcher: calls that find it
+// far from the cap at the same moment, and wait for their rate, cannot
+// all be admitted without asking (each claims its room under one lock).
+func TestSmallCapHoldsUnderConcurrentSubmits(t *testing.T) {
+	t.Parallel()
+	f := fleettest.New(t)
+	e := windlass.MustFunc("echo", func(ctx context.Context, in struct{}) (string, error) { return "ok", nil })
+	w := f.StartWorker(worker.Config{}, e)
+	const capacity = 8
+	// With a rate too (never refusing), whose charge is asked between
+	// finding room and taking it.
+	d := f.Dispatcher(dispatcher.Config{Limits: limits.Config{Default: limits.Limit{MaxInFlight: capacity, Rate: limits.PerSecond(limits.MaxEvents)}}})
+	fleettest.WaitCatalog(t, d, "echo")
+	if err := w.Stop(); err != nil { // the calls stay queued, holding their slots
+		t.Fatal(err)
+	}
+	// One call asks first: the count it brings back is fresh, far from
+	// the cap (1 of 8), and the next calls may be admitted without asking.
+	if _, err := d.Submit(t.Context(), "echo", `{}`, dispatcher.AllowNoWorker()); err != nil {
+		t.Fatal(err)
+	}
+	var admitted atomic.Int64
+	admitted.Add(1)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 64 {
+		wg.Go(func() {
+			<-start
+			_, err := d.Submit(t.Context(), "echo", `{}`, dispatcher.AllowNoWorker())
+			switch code, _ := refusedWith(err); {
+			case err == nil:
+				admitted.Add(1)
+			case code != windlass.CodeRateLimited:
+				t.Errorf("submit: %v", err)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if n := admitted.Load(); n != capacity {
+		t.Errorf("one dispatcher admitted %d of 65 calls under a cap of %d; want exactly the cap", n, capacity)
+	}
+}

@@ -321,7 +321,10 @@ func TestRateIsChargedInLeases(t *testing.T) {
 	if bound := 400 + int64(2000*elapsed.Seconds()) + 2*40; admitted > bound || admitted < 400 {
 		t.Errorf("admitted %d calls in %s under %s shared by two enforcers; want from 400 (its burst) to %d", admitted, elapsed, rate, bound)
 	}
-	if asked*4 > 2400 {
+	// A refusal kept answers the calls until the next token: on a loaded
+	// machine, where the run takes longer and more tokens come, a lease
+	// may cost two asks (a lease, then one token); never one a call.
+	if asked*2 > 2400 {
 		t.Errorf("2400 calls over %s asked Redis %d times; want the refusals mostly answered here", rate, asked)
 	}
 	t.Logf("over the rate: %d admitted, %d refused in %s on %d asks", admitted, refused, elapsed, asked)
