@@ -205,9 +205,10 @@ func (e *Enforcer) Admit(ctx context.Context, tool, key, callID string, lapse ti
 // dispatcher: allowed, or refused with ReasonRate and when to try again.
 // A refused call is not charged.
 //
-// A rate that allows more than a few calls a lease is charged in leases
-// (see rateLease): tokens taken from Redis a few at a time and handed out
-// by this enforcer.
+// A rate whose lease would hold two tokens or more (a quarter of its
+// burst and 20 ms of it, see leaseSize) is charged in leases (see
+// rateLease): tokens taken from Redis a few at a time and handed out by
+// this enforcer.
 func (e *Enforcer) Charge(ctx context.Context, tool, key string, r Rate) (Decision, error) {
 	if size := leaseSize(r); size > 1 {
 		v, ok := e.leases.Load(leaseKey{tool, key, r})

@@ -28,10 +28,10 @@ import (
 //
 // A lease is sized by the calls this dispatcher admitted in the last
 // leaseLife, or by the calls waiting for it if more, and is at most
-// leaseSize: a rate whose quarter burst or
-// leaseLife's worth is one call or less is asked on every call, as
-// before leases (BENCHMARKS.md, "Limits": at 64 calls in flight a rate
-// asked on every call cost a quarter of the fleet's throughput).
+// leaseSize: a rate whose quarter burst or leaseLife's worth is one call
+// or less is asked on every call, as before leases (BENCHMARKS.md,
+// "Limits": at 64 calls in flight a rate asked on every call cost a
+// quarter of the fleet's throughput).
 type rateLease struct {
 	mu       sync.Mutex
 	left     int           // tokens charged and not handed out yet
