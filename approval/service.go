@@ -325,7 +325,7 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("approval: %w", err)
 	}
-	s.payloads.Store(payload.New(obs, s.cfg.Conn.MaxPayload()))
+	s.payloads.Store(payload.New(obs, s.cfg.Conn))
 	cons, err := s.js.CreateOrUpdateConsumer(ctx, layout.ApprovalsStream, jetstream.ConsumerConfig{
 		Durable: ConsumerName, FilterSubject: layout.ApprovalSubjects, AckPolicy: jetstream.AckExplicitPolicy,
 		AckWait: 10 * time.Second, MaxDeliver: -1, Description: "Windlass approval service",

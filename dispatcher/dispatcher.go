@@ -224,7 +224,7 @@ func New(ctx context.Context, cfg Config) (*Dispatcher, error) {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
 	d := &Dispatcher{cfg: cfg, js: js, done: make(chan struct{}), sweeperDone: make(chan struct{}), originHeader: []string{cfg.ID},
-		payloads: payload.New(obs, cfg.Conn.MaxPayload()), inline: min(cfg.InlineLimit, cfg.Conn.MaxPayload())}
+		payloads: payload.New(obs, cfg.Conn), inline: min(cfg.InlineLimit, cfg.Conn.MaxPayload())}
 	for name, s := range map[string]*jetstream.Stream{
 		layout.CallsStream: &d.calls, layout.ResultsStream: &d.results, layout.EventsStream: &d.events, layout.CancelsStream: &d.cancels, layout.DeadStream: &d.dead,
 		layout.RefusalsStream: &d.refusals,

@@ -3,6 +3,8 @@ package integration_test
 import (
 	"context"
 	"errors"
+	"os"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -58,8 +60,11 @@ func checkBulk(t *testing.T, d *dispatcher.Dispatcher, id string, mb, attempt in
 
 // TestFaultWorkerKilledMidUpload kills a worker process (SIGKILL) while it
 // uploads a 48 MiB result to the payloads bucket: the call is redelivered
-// after the ack wait and answered once, with the second attempt's result;
-// the first attempt's partial upload is never read.
+// after the ack wait and answered once, by the one attempt the new worker
+// ran; the first attempt's partial upload is never read, and no upload makes
+// its call run again (a regression: under load, in-progress acks queued
+// behind the 48 MiB upload, the call was redelivered while it uploaded,
+// and ran a second time beside it).
 func TestFaultWorkerKilledMidUpload(t *testing.T) {
 	ff := newFaultFleet(t, 1)
 	d, _ := ff.dispatcher()
@@ -89,10 +94,30 @@ func TestFaultWorkerKilledMidUpload(t *testing.T) {
 		if _, err := d.Result(t.Context(), id); !errors.Is(err, dispatcher.ErrNoResult) {
 			t.Fatalf("a result was stored before the kill: %v", err)
 		}
-		ff.startWorker()
-		checkBulk(t, d, id, mb, 2)
+		fresh := ff.startWorker()
+		defer func() {
+			if t.Failed() {
+				b, _ := os.ReadFile(ff.execLog())
+				t.Logf("executions:\n%s\nthe killed worker's log:\n%s", b, ff.workerLog(victim))
+			}
+		}()
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+		defer cancel()
+		r, err := d.Wait(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkBulk(t, d, id, mb, r.Attempt)
 		ff.waitQueueEmpty(30 * time.Second)
-		t.Logf("FAULT worker killed mid-upload: answered once, by attempt 2, after %d tries", try)
+		// The tool ran once on the killed worker and once on the new one,
+		// whose attempt answered. That attempt is 2 unless a delivery went
+		// to the killed worker while it was frozen (its pull still open)
+		// or while its acknowledgements were late: that worker ran none.
+		want := []execution{{attempt: 1, worker: victim}, {attempt: r.Attempt, worker: fresh}}
+		if got := ff.starts(id); !slices.Equal(got, want) || r.Attempt < 2 {
+			t.Errorf("the tool started %v, and attempt %d answered; want %v", got, r.Attempt, want)
+		}
+		t.Logf("FAULT worker killed mid-upload: answered once, by attempt %d, after %d tries", r.Attempt, try)
 		return
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -211,6 +212,36 @@ func (ff *faultFleet) execLines(kind string) map[string]int {
 	}
 	if err := sc.Err(); err != nil {
 		ff.t.Fatal(err)
+	}
+	return runs
+}
+
+// execution is one start of a tool in the execution log: its attempt and
+// the worker process that ran it.
+type execution struct {
+	attempt int
+	worker  string
+}
+
+// starts reads the execution log's starts of one call, in the order they
+// were logged.
+func (ff *faultFleet) starts(callID string) []execution {
+	ff.t.Helper()
+	data, err := os.ReadFile(ff.execLog())
+	if err != nil && !os.IsNotExist(err) {
+		ff.t.Fatal(err)
+	}
+	var runs []execution
+	for line := range strings.Lines(string(data)) {
+		fields := strings.Fields(line)
+		if len(fields) != 4 || fields[0] != "start" || fields[1] != callID {
+			continue
+		}
+		attempt, err := strconv.Atoi(fields[2])
+		if err != nil {
+			ff.t.Fatalf("execution log line %q: %v", line, err)
+		}
+		runs = append(runs, execution{attempt: attempt, worker: fields[3]})
 	}
 	return runs
 }

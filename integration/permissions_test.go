@@ -327,7 +327,7 @@ func TestPermissionsPayloads(t *testing.T) {
 		t.Run(tt.writer+" to "+tt.reader, func(t *testing.T) {
 			id := "call-" + tt.writer + "-" + tt.reader
 			w, r := roles[tt.writer], roles[tt.reader]
-			ws, rs := payload.New(w.obs, w.nc.MaxPayload()), payload.New(r.obs, r.nc.MaxPayload())
+			ws, rs := payload.New(w.obs, w.nc), payload.New(r.obs, r.nc)
 			ref, err := ws.Put(t.Context(), tt.kind, id, data)
 			if err != nil {
 				t.Fatalf("%s puts: %v", tt.writer, err)
@@ -398,7 +398,7 @@ func TestPermissionsPayloads(t *testing.T) {
 	// the purge grant.
 	t.Run("putting objects can empty the bucket anyway", func(t *testing.T) {
 		w := roles["worker"]
-		ref, err := payload.New(roles["dispatcher-a"].obs, 0).Put(t.Context(), layout.PayloadArguments, "call-rollup", data[:1<<20])
+		ref, err := payload.New(roles["dispatcher-a"].obs, nil).Put(t.Context(), layout.PayloadArguments, "call-rollup", data[:1<<20])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -407,7 +407,7 @@ func TestPermissionsPayloads(t *testing.T) {
 		if _, err := w.js.PublishMsg(t.Context(), m); err != nil {
 			t.Fatalf("worker rolls up the bucket: %v", err)
 		}
-		if _, err := payload.New(w.obs, 0).Get(t.Context(), ref, 0); !errors.Is(err, payload.ErrUnreadable) {
+		if _, err := payload.New(w.obs, nil).Get(t.Context(), ref, 0); !errors.Is(err, payload.ErrUnreadable) {
 			t.Fatalf("the dispatcher's object after the worker's rollup: %v; the purge grant may need a second look", err)
 		}
 		info, err := s.Info(t.Context())

@@ -58,15 +58,19 @@ func (w *Worker) conclude(d *delivery, o outcome) {
 	if d.hb != nil {
 		d.hb.stop() // nothing about the call goes out once it is settled
 	}
+	d.letGo(w)
 	if err := settleMessage(d.msg, o); err != nil {
 		d.log.WarnContext(d.ctx, "worker: settling the call's message failed; it is redelivered after the ack wait", "verb", o.verb, "error", err)
 	}
 	d.end(w)
 }
 
-// settleMessage acks, terminates or naks the call's message as o says.
+// settleMessage acks, terminates or naks the call's message as o says,
+// or leaves it as it is.
 func settleMessage(msg jetstream.Msg, o outcome) error {
 	switch {
+	case o.verb == verbLeave:
+		return nil
 	case o.verb == verbAck:
 		return msg.Ack()
 	case o.verb == verbTerm || o.verb == verbDrop:

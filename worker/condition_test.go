@@ -98,7 +98,7 @@ func (r *refundBench) byReference(id string, args json.RawMessage) []byte {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	ref, err := payload.New(obs, r.js.Conn().MaxPayload()).Put(r.t.Context(), "args", id, args)
+	ref, err := payload.New(obs, r.js.Conn()).Put(r.t.Context(), "args", id, args)
 	if err != nil {
 		r.t.Fatal(err)
 	}

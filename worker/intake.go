@@ -32,9 +32,10 @@ type delivery struct {
 	freed   bool
 	done    func() // once the message is settled or handed back
 
-	meta *jetstream.MsgMetadata
-	call windlass.ToolCall
-	hb   *heartbeat // from the call's decoding until the message is settled
+	meta  *jetstream.MsgMetadata
+	holds bool // this delivery holds its message for the worker (see heldMessages)
+	call  windlass.ToolCall
+	hb    *heartbeat // from the call's decoding until the message is settled
 
 	argsRef  *windlass.PayloadRef    // where the call's arguments came from, when by reference
 	released bool                    // admitGated verified the call's release, and found it unanswered
@@ -58,8 +59,10 @@ func (d *delivery) freeSlot() {
 
 // end releases what the call holds, once its message is settled or handed
 // back: its place in the cancellations, its context, its heartbeat, its
-// slot, and then done.
+// slot, and then done. A message left unsettled (for redelivery) is no
+// longer held either.
 func (d *delivery) end(w *Worker) {
+	d.letGo(w)
 	if d.cancel != nil { // entered in the cancellations by canceledBefore
 		w.cancels.finish(d.token)
 		d.cancel(nil)
@@ -78,7 +81,7 @@ type guard func(*delivery) (o outcome, stop bool)
 // intakeGuards lists the intake's checks in the order they run; New sets
 // w.guards from it once, so no call builds the list again.
 func (w *Worker) intakeGuards() []guard {
-	return []guard{w.decode, w.admitGated, w.alreadyAnswered, w.outOfDeliveries, w.refuse, w.canceledBefore, w.fetchArguments}
+	return []guard{w.decode, w.heldHere, w.admitGated, w.alreadyAnswered, w.outOfDeliveries, w.refuse, w.canceledBefore, w.fetchArguments}
 }
 
 // intake runs the guards in order, each of them once the earlier ones have

@@ -37,11 +37,15 @@ const (
 	// recorded, then the message is terminated (a gated tool's message
 	// without a valid release).
 	verbDrop
+	// verbLeave neither runs, answers nor settles the message: another
+	// delivery of it, which this worker holds, settles it (see
+	// heldMessages).
+	verbLeave
 )
 
 // String names the verb in logs.
 func (v verb) String() string {
-	names := [...]string{verbAck: "ack", verbTerm: "term", verbRetry: "retry", verbRequeue: "requeue", verbDrop: "drop"}
+	names := [...]string{verbAck: "ack", verbTerm: "term", verbRetry: "retry", verbRequeue: "requeue", verbDrop: "drop", verbLeave: "leave"}
 	if int(v) < len(names) {
 		return names[v]
 	}

@@ -36,7 +36,7 @@ func TestResultInlineLimitEdge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.payloads = payload.New(obs, nc.MaxPayload())
+	w.payloads = payload.New(obs, nc)
 	d := &delivery{ctx: context.Background(), t: &registered{}, log: slog.New(slog.DiscardHandler), origin: "d1"}
 	value := `{"rows":["` + strings.Repeat("r", 5000) + `"]}`
 	result := windlass.ToolResult{CallID: "edge", Name: "rows", Content: value, Data: []byte(value), DurationMS: 1.5}

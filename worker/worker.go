@@ -264,6 +264,7 @@ type Worker struct {
 	pipe     *resultPipe      // stores answers; set by Run
 	guards   []guard          // the intake's checks, in order (see intake)
 	beats    beats            // the running calls' heartbeats, one ticker for all
+	held     heldMessages     // the call messages delivered here and not yet settled
 	stats    stats
 
 	tracer  telemetry.Tracer
@@ -437,7 +438,7 @@ func (w *Worker) openStores(ctx context.Context, tools []*registered) error {
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
-	w.payloads = payload.New(obs, js.Conn().MaxPayload())
+	w.payloads = payload.New(obs, js.Conn())
 	w.inline = min(w.cfg.InlineLimit, js.Conn().MaxPayload())
 	i := slices.IndexFunc(tools, func(t *registered) bool { return t.spec.Gated() })
 	if i < 0 {

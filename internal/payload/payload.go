@@ -24,6 +24,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
@@ -67,18 +68,75 @@ func (e *TooLargeError) Error() string {
 // Store puts and gets payloads in the fleet's payloads bucket.
 type Store struct {
 	obs   jetstream.ObjectStore
+	nc    *nats.Conn // the bucket's connection: uploads are paced on it (see pacedReader)
 	chunk int
 }
 
 // New returns a store over the payloads bucket obs (see
-// layout.EnsurePayloads); maxMessage is the NATS server's max payload,
-// which bounds the object store's chunks.
-func New(obs jetstream.ObjectStore, maxMessage int64) *Store {
+// layout.EnsurePayloads) on the connection nc: the server's max payload
+// bounds the object store's chunks, and uploads are paced on it so the
+// connection's other messages do not wait behind a whole object (see
+// pacedReader). A nil nc sends uploads unpaced, in chunks of chunkSize.
+func New(obs jetstream.ObjectStore, nc *nats.Conn) *Store {
 	chunk := chunkSize
-	if maxMessage > 0 && int64(chunk) > maxMessage/2 {
-		chunk = int(maxMessage / 2)
+	if nc != nil {
+		if maxMessage := nc.MaxPayload(); maxMessage > 0 && int64(chunk) > maxMessage/2 {
+			chunk = int(maxMessage / 2)
+		}
 	}
-	return &Store{obs: obs, chunk: chunk}
+	return &Store{obs: obs, nc: nc, chunk: chunk}
+}
+
+// paceWindow is how many bytes of an upload may be on their way to the
+// server, in the client's socket and the server's, before the upload
+// waits for the server to have read them (a flush: PING, then PONG once
+// the server has processed what came before it).
+//
+// Why pace: the object store hands every chunk of an object to the
+// connection at once (asynchronous publishes, thousands pending), and the
+// connection sends in order. A message published meanwhile on the same
+// connection, such as a worker's in-progress acknowledgement of the very
+// call whose result is uploading, reached the server only behind the bytes
+// queued before it: behind 48 MiB, 1.25–1.5 s in three runs on a loaded
+// machine with the race detector, as long as a short ack wait, and the
+// call was redelivered while its result uploaded (the tool ran again). A
+// window of 1 MiB bounds that wait to what the server reads of 1 MiB, for
+// one round trip per MiB (measured: BENCHMARKS.md, "Payloads by
+// reference").
+const paceWindow = 1 << 20
+
+// pacedReader reads an upload for the object store, waiting after every
+// window bytes for the server to have read what was sent (flush).
+type pacedReader struct {
+	r       io.Reader
+	flush   func() error
+	window  int
+	pending int // bytes read since the last flush
+}
+
+// Read implements io.Reader.
+func (p *pacedReader) Read(b []byte) (int, error) {
+	if p.pending >= p.window {
+		if err := p.flush(); err != nil {
+			return 0, fmt.Errorf("payload: pace the upload: %w", err)
+		}
+		p.pending = 0
+	}
+	n, err := p.r.Read(b)
+	p.pending += n
+	return n, err
+}
+
+// paced returns r, paced on the store's connection while ctx lasts.
+func (s *Store) paced(ctx context.Context, r io.Reader) io.Reader {
+	if s.nc == nil {
+		return r
+	}
+	return &pacedReader{r: r, window: paceWindow, flush: func() error {
+		fctx, cancel := context.WithTimeout(ctx, retry.WriteTimeout)
+		defer cancel()
+		return s.nc.FlushWithContext(fctx)
+	}}
 }
 
 // putPolicy retries an upload that failed (a reconnect, a leader change)
@@ -113,7 +171,7 @@ func (s *Store) put(ctx context.Context, kind, callID string, size int64, sum []
 		Size: size, SHA256: hex.EncodeToString(sum)}
 	meta := jetstream.ObjectMeta{Name: ref.Name, Opts: &jetstream.ObjectMetaOptions{ChunkSize: uint32(s.chunk)}}
 	err := retry.Do(ctx, putPolicy, func(ctx context.Context) error {
-		_, err := s.obs.Put(ctx, meta, open())
+		_, err := s.obs.Put(ctx, meta, s.paced(ctx, open()))
 		return err
 	})
 	if err != nil {
