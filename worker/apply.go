@@ -58,7 +58,7 @@ func (w *Worker) conclude(d *delivery, o outcome) {
 	if d.hb != nil {
 		d.hb.stop() // nothing about the call goes out once it is settled
 	}
-	d.letGo(w)
+	d.forget(w) // before settling: a redelivery it causes is a new delivery
 	if err := settleMessage(d.msg, o); err != nil {
 		d.log.WarnContext(d.ctx, "worker: settling the call's message failed; it is redelivered after the ack wait", "verb", o.verb, "error", err)
 	}

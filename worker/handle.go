@@ -148,5 +148,5 @@ func (c *running) finish(result windlass.ToolResult) {
 		// starts; see windlass.InvokeAsync).
 		result.StartedAt = d.hb.startedAt
 	}
-	w.apply(d, decide(d.call, result, context.Cause(d.callCtx), policy{retry: d.t.cfg.retry, maxDeliver: w.cfg.MaxDeliver, now: time.Now()}))
+	w.apply(d, decide(d.call, result, context.Cause(d.callCtx), policy{retry: d.t.cfg.retry, maxDeliver: w.cfg.MaxDeliver, now: time.Now(), attempts: d.attempts(w)}))
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -116,6 +117,9 @@ func TestRedeliveryToTheHoldingWorkerDoesNotRunAgain(t *testing.T) {
 	if n := runs.Load(); n != 1 {
 		t.Fatalf("the tool ran %d times; want once, the redelivery left to the delivery the worker holds", n)
 	}
+	if n := callsStored(t, js); n != 1 {
+		t.Fatalf("the calls stream holds %d messages after a delivery was left alone; want the call's, unsettled", n)
+	}
 	unblock()
 	select {
 	case r := <-results:
@@ -135,5 +139,99 @@ func TestRedeliveryToTheHoldingWorkerDoesNotRunAgain(t *testing.T) {
 	})
 	if n := runs.Load(); n != 1 {
 		t.Errorf("the tool ran %d times in all; want once", n)
+	}
+}
+
+// callsStored is how many messages the calls stream holds.
+func callsStored(t *testing.T, js jetstream.JetStream) uint64 {
+	t.Helper()
+	s, err := js.Stream(t.Context(), layout.CallsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Msgs
+}
+
+// TestLeftDeliveriesDoNotBuryARetry: deliveries left alone while a call
+// ran count as attempts (an attempt is a delivery), and a retryable
+// failure of the delivery that holds the call is answered with its error
+// once no delivery is left for a retry — not handed back into a delivery
+// past the bound, which answers worker_lost without running, as if every
+// worker that took the call had been lost.
+func TestLeftDeliveriesDoNotBuryARetry(t *testing.T) {
+	t.Parallel()
+	nc := testserver.StartNATS(t).Connect(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := layout.EnsureStreams(t.Context(), js, layout.AllStreams(layout.StreamOptions{})...); err != nil {
+		t.Fatal(err)
+	}
+	logs := &lockedBuffer{}
+	w, err := New(Config{JetStream: js, AckWait: 500 * time.Millisecond, MaxDeliver: 3, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.cfg.Heartbeat = time.Hour // no in-progress ack goes out: the call is redelivered every ack wait
+	var runs atomic.Int64
+	tool := windlass.MustFunc("flaky", func(ctx context.Context, _ struct{}) (string, error) {
+		runs.Add(1)
+		for strings.Count(logs.String(), "not running it again") < 2 {
+			select {
+			case <-ctx.Done():
+				return "", ctx.Err()
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+		return "", windlass.Retryable(errors.New("transient trouble"))
+	})
+	if err := w.Register(tool, WithRetry(RetryPolicy{MaxAttempts: 3, InitialBackoff: 10 * time.Millisecond})); err != nil {
+		t.Fatal(err)
+	}
+	results := make(chan windlass.ToolResult, 4)
+	sub, err := nc.Subscribe(layout.ResultInbox("held-test"), func(m *nats.Msg) {
+		var r windlass.ToolResult
+		if json.Unmarshal(m.Data, &r) == nil {
+			results <- r
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	defer func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("Run = %v", err)
+		}
+	}()
+	waitFor(t, "the worker's consumer created", func() bool {
+		_, err := js.Consumer(t.Context(), layout.CallsStream, layout.ConsumerName("flaky"))
+		return err == nil
+	})
+	call := windlass.ToolCall{ID: "flaky-1", Name: "flaky", Arguments: json.RawMessage(`{}`), Deadline: time.Now().Add(time.Minute)}
+	data, _ := json.Marshal(call)
+	msg := &nats.Msg{Subject: layout.CallSubject("flaky", call.ID), Data: data, Header: nats.Header{layout.HeaderOrigin: []string{"held-test"}}}
+	if _, err := js.PublishMsg(t.Context(), msg); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-results:
+		if r.Code() == windlass.CodeWorkerLost || !strings.Contains(r.Content, "transient trouble") {
+			t.Errorf("answer %s: %q; want the tool's own error, its retries used up by the deliveries left alone", r.Code(), r.Content)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("no answer within 20s")
+	}
+	if n := runs.Load(); n != 1 {
+		t.Errorf("the tool ran %d times; want once", n)
 	}
 }

@@ -62,16 +62,26 @@ func (d *delivery) freeSlot() {
 // slot, and then done. A message left unsettled (for redelivery) is no
 // longer held either.
 func (d *delivery) end(w *Worker) {
-	d.letGo(w)
-	if d.cancel != nil { // entered in the cancellations by canceledBefore
-		w.cancels.finish(d.token)
-		d.cancel(nil)
-	}
+	d.forget(w)
 	if d.hb != nil {
 		d.hb.stop()
 	}
 	d.freeSlot()
 	d.done()
+}
+
+// forget takes the call out of the worker's cancellations (its context
+// ends) and then gives up the worker's hold of its message, once: a
+// redelivery taken in once the hold is gone finds the cancellations
+// without this delivery's entry, which it would otherwise replace and
+// this delivery's end remove.
+func (d *delivery) forget(w *Worker) {
+	if d.cancel != nil { // entered in the cancellations by canceledBefore
+		w.cancels.finish(d.token)
+		d.cancel(nil)
+		d.cancel = nil
+	}
+	d.letGo(w)
 }
 
 // guard is one intake check: it stops the call with an outcome, or lets it

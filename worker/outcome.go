@@ -104,6 +104,10 @@ type policy struct {
 	retry      RetryPolicy
 	maxDeliver int
 	now        time.Time
+	// attempts the call's message has had: its delivery count, or more
+	// when redeliveries were left alone while this one held it (see
+	// heldMessages); zero means the call's Attempt.
+	attempts int
 }
 
 // decide maps a finished attempt onto its outcome: the tool's result and
@@ -131,14 +135,18 @@ func decide(call windlass.ToolCall, result windlass.ToolResult, cause error, p p
 	}
 	if result.Error != nil && result.Error.Retryable && p.retry.MaxAttempts > 1 {
 		// Its retries ran out: keep it for inspection and replay.
-		o.dead, o.deliveries = result.Error, call.Attempt
+		o.dead, o.deliveries = result.Error, p.attemptsOf(call)
 	}
 	return o
 }
 
+// attemptsOf is the attempts the call's message has had (see attempts).
+func (p policy) attemptsOf(call windlass.ToolCall) int { return max(call.Attempt, p.attempts) }
+
 // retryDelay reports whether a failed attempt is retried, and after how
 // long: the error must be retryable (or a tool timeout, when the policy
-// says so), attempts and deliveries must remain, and the next attempt must
+// says so), attempts and deliveries must remain (counting those left
+// alone: a retry past the deliveries' bound would bury the call), and the next attempt must
 // be able to start before the call's deadline.
 func (p policy) retryDelay(call windlass.ToolCall, r windlass.ToolResult) (time.Duration, bool) {
 	if r.Error == nil {
@@ -146,7 +154,7 @@ func (p policy) retryDelay(call windlass.ToolCall, r windlass.ToolResult) (time.
 	}
 	beforeDeadline := func(t time.Time) bool { return call.Deadline.IsZero() || t.Before(call.Deadline) }
 	retryable := r.Error.Retryable || p.retry.RetryTimeouts && r.Error.Code == windlass.CodeTimeout && beforeDeadline(p.now)
-	if !retryable || call.Attempt >= p.retry.MaxAttempts || call.Attempt >= p.maxDeliver {
+	if attempts := p.attemptsOf(call); !retryable || attempts >= p.retry.MaxAttempts || attempts >= p.maxDeliver {
 		return 0, false
 	}
 	delay := p.retry.backoff(call.Attempt, time.Duration(r.Error.RetryAfterMS)*time.Millisecond)

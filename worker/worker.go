@@ -754,7 +754,13 @@ func (p *puller) take(msg jetstream.Msg) {
 	w := p.w
 	if p.ctx.Err() != nil {
 		d := &delivery{ctx: p.runCtx, msg: msg, t: p.t, log: p.log, free: p.release, done: func() {}}
-		w.apply(d, outcome{verb: verbRequeue, count: countRequeued})
+		o := outcome{verb: verbRequeue, count: countRequeued}
+		if meta, err := msg.Metadata(); err == nil && w.held.held(keyOf(msg, meta), meta.NumDelivered) {
+			// A redelivery of a call still running here: handed back, it
+			// would run on another worker beside this one.
+			o = leaveAlone()
+		}
+		w.apply(d, o)
 		return
 	}
 	// calls counts the handler's goroutine and, apart, the call until it
