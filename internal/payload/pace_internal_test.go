@@ -2,10 +2,18 @@ package payload
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"slices"
+	"sync/atomic"
 	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/windlass-dev/windlass/internal/layout"
+	"github.com/windlass-dev/windlass/internal/testserver"
 )
 
 // TestUploadWaitsForTheServerEveryWindow: the object store reads an upload
@@ -47,5 +55,45 @@ func TestUploadWaitsForTheServerEveryWindow(t *testing.T) {
 	}
 	if !errors.Is(err, refused) || read != window {
 		t.Fatalf("with a failing flush: read %d bytes, then %v; want %d, then the flush's error", read, err, window)
+	}
+}
+
+// TestStoreUploadsPaced: a store on a connection paces its uploads — a
+// payload of a little over three windows, put on a real server, waits for
+// the server three times and comes back whole — and one without a
+// connection does not.
+func TestStoreUploadsPaced(t *testing.T) {
+	t.Parallel()
+	nc := testserver.StartNATS(t).Connect(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs, err := layout.EnsurePayloads(t.Context(), js, layout.StreamOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := bytes.Repeat([]byte("w"), 3*paceWindow+1)
+	for _, c := range []struct {
+		conn    *nats.Conn
+		flushes int
+	}{{nc, 3}, {nil, 0}} {
+		s := New(obs, c.conn)
+		var flushes atomic.Int64
+		if s.flush != nil {
+			flush := s.flush
+			s.flush = func(ctx context.Context) error { flushes.Add(1); return flush(ctx) }
+		}
+		ref, err := s.Put(t.Context(), layout.PayloadContent, "paced", data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := s.Get(t.Context(), ref, 0)
+		if err != nil || !bytes.Equal(back, data) {
+			t.Fatalf("connection %v: got %d bytes back, %v; want the %d put", c.conn != nil, len(back), err, len(data))
+		}
+		if n := flushes.Load(); n != int64(c.flushes) {
+			t.Errorf("connection %v: the upload waited for the server %d times; want %d", c.conn != nil, n, c.flushes)
+		}
 	}
 }

@@ -68,7 +68,7 @@ func (e *TooLargeError) Error() string {
 // Store puts and gets payloads in the fleet's payloads bucket.
 type Store struct {
 	obs   jetstream.ObjectStore
-	nc    *nats.Conn // the bucket's connection: uploads are paced on it (see pacedReader)
+	flush func(context.Context) error // waits for the server to have read what the bucket's connection sent; nil: uploads unpaced (see pacedReader)
 	chunk int
 }
 
@@ -78,13 +78,18 @@ type Store struct {
 // connection's other messages do not wait behind a whole object (see
 // pacedReader). A nil nc sends uploads unpaced, in chunks of chunkSize.
 func New(obs jetstream.ObjectStore, nc *nats.Conn) *Store {
-	chunk := chunkSize
+	s := &Store{obs: obs, chunk: chunkSize}
 	if nc != nil {
-		if maxMessage := nc.MaxPayload(); maxMessage > 0 && int64(chunk) > maxMessage/2 {
-			chunk = int(maxMessage / 2)
+		if maxMessage := nc.MaxPayload(); maxMessage > 0 && int64(s.chunk) > maxMessage/2 {
+			s.chunk = int(maxMessage / 2)
+		}
+		s.flush = func(ctx context.Context) error {
+			ctx, cancel := context.WithTimeout(ctx, retry.WriteTimeout)
+			defer cancel()
+			return nc.FlushWithContext(ctx)
 		}
 	}
-	return &Store{obs: obs, nc: nc, chunk: chunk}
+	return s
 }
 
 // paceWindow is how many bytes of an upload may be on their way to the
@@ -101,8 +106,12 @@ func New(obs jetstream.ObjectStore, nc *nats.Conn) *Store {
 // machine with the race detector, as long as a short ack wait, and the
 // call was redelivered while its result uploaded (the tool ran again). A
 // window of 1 MiB bounds that wait to what the server reads of 1 MiB, for
-// one round trip per MiB (measured: BENCHMARKS.md, "Payloads by
-// reference").
+// one round trip per MiB, during which nothing of the upload is sent: on
+// a local network that costs nothing measurable (BENCHMARKS.md, "Payloads
+// by reference"), but it caps an upload at 1 MiB per round trip — about
+// 20 MiB/s over a link with 50 ms round trips. The dispatcher's and the
+// approval service's uploads are paced too: their connections carry
+// other callers' calls and answers.
 const paceWindow = 1 << 20
 
 // pacedReader reads an upload for the object store, waiting after every
@@ -129,14 +138,10 @@ func (p *pacedReader) Read(b []byte) (int, error) {
 
 // paced returns r, paced on the store's connection while ctx lasts.
 func (s *Store) paced(ctx context.Context, r io.Reader) io.Reader {
-	if s.nc == nil {
+	if s.flush == nil {
 		return r
 	}
-	return &pacedReader{r: r, window: paceWindow, flush: func() error {
-		fctx, cancel := context.WithTimeout(ctx, retry.WriteTimeout)
-		defer cancel()
-		return s.nc.FlushWithContext(fctx)
-	}}
+	return &pacedReader{r: r, window: paceWindow, flush: func() error { return s.flush(ctx) }}
 }
 
 // putPolicy retries an upload that failed (a reconnect, a leader change)
