@@ -39,104 +39,127 @@ func (b *lockedBuffer) String() string {
 	return b.buf.String()
 }
 
-// TestRedeliveryToTheHoldingWorkerDoesNotRunAgain: a call whose in-progress
-// acknowledgements stop reaching the server is redelivered after the ack
-// wait, and JetStream may hand it back to the worker that still runs it.
-// That worker does not run it a second time: its tool runs once, and the
-// first delivery's answer settles the message.
-//
-// The late acknowledgements are forced by giving the worker a heartbeat
-// period of an hour after its config was checked (internal): the real
-// cause, acks queued on the connection behind a large upload on a loaded
-// machine, cannot be had on demand from a real server.
-func TestRedeliveryToTheHoldingWorkerDoesNotRunAgain(t *testing.T) {
-	t.Parallel()
+// lateAcks is a worker whose in-progress acknowledgements never go out, so
+// its calls are redelivered every ack wait (500 ms) to it, the only
+// worker: the heartbeat period is set to an hour after the config was
+// checked (internal). The real cause, acks queued on the connection behind
+// a large upload on a loaded machine, cannot be had on demand from a real
+// server.
+type lateAcks struct {
+	js      jetstream.JetStream
+	logs    *lockedBuffer
+	results chan windlass.ToolResult
+}
+
+// startLateAcks runs such a worker with cfg and tool until the test ends.
+func startLateAcks(t *testing.T, cfg Config, tool windlass.Tool, opts ...ToolOption) *lateAcks {
+	t.Helper()
 	nc := testserver.StartNATS(t).Connect(t)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := layout.EnsureStreams(t.Context(), js, layout.CallsConfig(layout.StreamOptions{}), layout.ResultsConfig(layout.StreamOptions{})); err != nil {
+	if err := layout.EnsureStreams(t.Context(), js, layout.AllStreams(layout.StreamOptions{})...); err != nil {
 		t.Fatal(err)
 	}
-	logs := &lockedBuffer{}
-	w, err := New(Config{JetStream: js, AckWait: 500 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	la := &lateAcks{js: js, logs: &lockedBuffer{}, results: make(chan windlass.ToolResult, 4)}
+	cfg.JetStream, cfg.AckWait, cfg.Logger = js, 500*time.Millisecond, slog.New(slog.NewTextHandler(la.logs, nil))
+	w, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.cfg.Heartbeat = time.Hour // no in-progress ack goes out: the call is redelivered every ack wait
+	w.cfg.Heartbeat = time.Hour // no in-progress ack goes out
+	if err := w.Register(tool, opts...); err != nil {
+		t.Fatal(err)
+	}
+	sub, err := nc.Subscribe(layout.ResultInbox("held-test"), func(m *nats.Msg) {
+		var r windlass.ToolResult
+		if json.Unmarshal(m.Data, &r) == nil {
+			la.results <- r
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("Run = %v", err)
+		}
+		_ = sub.Unsubscribe()
+	})
+	name := tool.Spec().Name
+	waitFor(t, "the worker's consumer created", func() bool {
+		_, err := js.Consumer(t.Context(), layout.CallsStream, layout.ConsumerName(name))
+		return err == nil
+	})
+	return la
+}
+
+// publish queues a call of tool with id, answered to the test.
+func (la *lateAcks) publish(t *testing.T, tool, id string) {
+	t.Helper()
+	data, _ := json.Marshal(windlass.ToolCall{ID: id, Name: tool, Arguments: json.RawMessage(`{}`), Deadline: time.Now().Add(time.Minute)})
+	msg := &nats.Msg{Subject: layout.CallSubject(tool, id), Data: data, Header: nats.Header{layout.HeaderOrigin: []string{"held-test"}}}
+	if _, err := la.js.PublishMsg(t.Context(), msg); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// left counts the deliveries the worker left alone.
+func (la *lateAcks) left() int { return strings.Count(la.logs.String(), "not running it again") }
+
+// answer waits for the call's answer.
+func (la *lateAcks) answer(t *testing.T, within time.Duration) windlass.ToolResult {
+	t.Helper()
+	select {
+	case r := <-la.results:
+		return r
+	case <-time.After(within):
+		t.Fatalf("no answer within %s", within)
+		return windlass.ToolResult{}
+	}
+}
+
+// TestRedeliveryToTheHoldingWorkerDoesNotRunAgain: a call whose in-progress
+// acknowledgements stop reaching the server is redelivered after the ack
+// wait, and JetStream may hand it back to the worker that still runs it.
+// That worker does not run it a second time: its tool runs once, the
+// redelivery leaves the message unsettled, and the first delivery's
+// answer settles it.
+func TestRedeliveryToTheHoldingWorkerDoesNotRunAgain(t *testing.T) {
+	t.Parallel()
 	var runs atomic.Int64
 	release := make(chan struct{})
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	defer unblock()
 	tool := windlass.MustFunc("held", func(ctx context.Context, _ struct{}) (string, error) {
 		info, _ := windlass.CallInfoFromContext(ctx)
 		runs.Add(1)
 		<-release
 		return "done by attempt " + strconv.Itoa(info.Attempt), nil
 	})
-	if err := w.Register(tool); err != nil {
-		t.Fatal(err)
-	}
-	results := make(chan windlass.ToolResult, 4)
-	sub, err := nc.Subscribe(layout.ResultInbox("held-test"), func(m *nats.Msg) {
-		var r windlass.ToolResult
-		if json.Unmarshal(m.Data, &r) == nil {
-			results <- r
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = sub.Unsubscribe() }()
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	defer func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("Run = %v", err)
-		}
-	}()
-	var once sync.Once
-	unblock := func() { once.Do(func() { close(release) }) }
-	defer unblock()
-
-	call := windlass.ToolCall{ID: "held-1", Name: "held", Arguments: json.RawMessage(`{}`), Deadline: time.Now().Add(time.Minute)}
-	data, _ := json.Marshal(call)
-	waitFor(t, "the worker's consumer created", func() bool {
-		_, err := js.Consumer(t.Context(), layout.CallsStream, layout.ConsumerName("held"))
-		return err == nil
-	})
-	msg := &nats.Msg{Subject: layout.CallSubject("held", call.ID), Data: data, Header: nats.Header{layout.HeaderOrigin: []string{"held-test"}}}
-	if _, err := js.PublishMsg(t.Context(), msg); err != nil {
-		t.Fatal(err)
-	}
+	la := startLateAcks(t, Config{}, tool)
+	la.publish(t, "held", "held-1")
 	waitFor(t, "the tool started", func() bool { return runs.Load() == 1 })
 	waitFor(t, "the call redelivered to its worker and left there, or run again", func() bool {
-		return runs.Load() > 1 || strings.Contains(logs.String(), "not running it again")
+		return runs.Load() > 1 || la.left() > 0
 	})
 	if n := runs.Load(); n != 1 {
 		t.Fatalf("the tool ran %d times; want once, the redelivery left to the delivery the worker holds", n)
 	}
-	if n := callsStored(t, js); n != 1 {
+	if n := callsStored(t, la.js); n != 1 {
 		t.Fatalf("the calls stream holds %d messages after a delivery was left alone; want the call's, unsettled", n)
 	}
 	unblock()
-	select {
-	case r := <-results:
-		if r.IsError || r.Content != "done by attempt 1" || r.Attempt != 1 {
-			t.Fatalf("answer %q (attempt %d, error %v); want the first delivery's", r.Content, r.Attempt, r.IsError)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("no answer within 10s")
+	if r := la.answer(t, 10*time.Second); r.IsError || r.Content != "done by attempt 1" || r.Attempt != 1 {
+		t.Fatalf("answer %q (attempt %d, error %v); want the first delivery's", r.Content, r.Attempt, r.IsError)
 	}
-	waitFor(t, "the call's message settled by the first delivery's ack", func() bool {
-		c, err := js.Consumer(t.Context(), layout.CallsStream, layout.ConsumerName("held"))
-		if err != nil {
-			return false
-		}
-		info, err := c.Info(t.Context())
-		return err == nil && info.NumAckPending == 0 && info.NumPending == 0
-	})
+	waitFor(t, "the call's message settled by the first delivery's ack", func() bool { return callsStored(t, la.js) == 0 })
 	if n := runs.Load(); n != 1 {
 		t.Errorf("the tool ran %d times in all; want once", n)
 	}
@@ -164,24 +187,13 @@ func callsStored(t *testing.T, js jetstream.JetStream) uint64 {
 // worker that took the call had been lost.
 func TestLeftDeliveriesDoNotBuryARetry(t *testing.T) {
 	t.Parallel()
-	nc := testserver.StartNATS(t).Connect(t)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := layout.EnsureStreams(t.Context(), js, layout.AllStreams(layout.StreamOptions{})...); err != nil {
-		t.Fatal(err)
-	}
-	logs := &lockedBuffer{}
-	w, err := New(Config{JetStream: js, AckWait: 500 * time.Millisecond, MaxDeliver: 3, Logger: slog.New(slog.NewTextHandler(logs, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.cfg.Heartbeat = time.Hour // no in-progress ack goes out: the call is redelivered every ack wait
 	var runs atomic.Int64
+	var la *lateAcks
+	ready := make(chan struct{})
 	tool := windlass.MustFunc("flaky", func(ctx context.Context, _ struct{}) (string, error) {
 		runs.Add(1)
-		for strings.Count(logs.String(), "not running it again") < 2 {
+		<-ready
+		for la.left() < 2 {
 			select {
 			case <-ctx.Done():
 				return "", ctx.Err()
@@ -190,46 +202,11 @@ func TestLeftDeliveriesDoNotBuryARetry(t *testing.T) {
 		}
 		return "", windlass.Retryable(errors.New("transient trouble"))
 	})
-	if err := w.Register(tool, WithRetry(RetryPolicy{MaxAttempts: 3, InitialBackoff: 10 * time.Millisecond})); err != nil {
-		t.Fatal(err)
-	}
-	results := make(chan windlass.ToolResult, 4)
-	sub, err := nc.Subscribe(layout.ResultInbox("held-test"), func(m *nats.Msg) {
-		var r windlass.ToolResult
-		if json.Unmarshal(m.Data, &r) == nil {
-			results <- r
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = sub.Unsubscribe() }()
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	defer func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("Run = %v", err)
-		}
-	}()
-	waitFor(t, "the worker's consumer created", func() bool {
-		_, err := js.Consumer(t.Context(), layout.CallsStream, layout.ConsumerName("flaky"))
-		return err == nil
-	})
-	call := windlass.ToolCall{ID: "flaky-1", Name: "flaky", Arguments: json.RawMessage(`{}`), Deadline: time.Now().Add(time.Minute)}
-	data, _ := json.Marshal(call)
-	msg := &nats.Msg{Subject: layout.CallSubject("flaky", call.ID), Data: data, Header: nats.Header{layout.HeaderOrigin: []string{"held-test"}}}
-	if _, err := js.PublishMsg(t.Context(), msg); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case r := <-results:
-		if r.Code() == windlass.CodeWorkerLost || !strings.Contains(r.Content, "transient trouble") {
-			t.Errorf("answer %s: %q; want the tool's own error, its retries used up by the deliveries left alone", r.Code(), r.Content)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("no answer within 20s")
+	la = startLateAcks(t, Config{MaxDeliver: 3}, tool, WithRetry(RetryPolicy{MaxAttempts: 3, InitialBackoff: 10 * time.Millisecond}))
+	close(ready)
+	la.publish(t, "flaky", "flaky-1")
+	if r := la.answer(t, 20*time.Second); r.Code() == windlass.CodeWorkerLost || !strings.Contains(r.Content, "transient trouble") {
+		t.Errorf("answer %s: %q; want the tool's own error, its retries used up by the deliveries left alone", r.Code(), r.Content)
 	}
 	if n := runs.Load(); n != 1 {
 		t.Errorf("the tool ran %d times; want once", n)
