@@ -56,7 +56,11 @@
 //
 // The tool's context ends at the earlier of the first two. While a call runs
 // the worker sends in-progress acks every AckWait/3, so a long call is not
-// redelivered while its worker lives.
+// redelivered while its worker lives. When they come late all the same (a
+// loaded host, a long pause) and JetStream hands the call back to the
+// worker still holding it, the worker leaves that delivery alone: the
+// delivery it holds settles the message, and the tool does not run beside
+// itself. Left deliveries count as attempts.
 //
 // # Acks
 //
