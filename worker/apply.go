@@ -97,6 +97,8 @@ func (s *stats) add(c counter) {
 		s.alreadyAnswered.Add(1)
 	case countRefused:
 		s.refused.Add(1)
+	case countLeftAlone:
+		s.leftAlone.Add(1)
 	}
 }
 

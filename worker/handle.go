@@ -16,7 +16,9 @@ import (
 
 // stats counts what the worker did; read by tests and the status view.
 type stats struct {
-	completed, failed, malformed, requeued, retried, canceled, dead, alreadyAnswered, duplicateResults, refused atomic.Int64
+	completed, failed, malformed, requeued, retried, canceled, dead, alreadyAnswered, duplicateResults, refused, leftAlone atomic.Int64
+
+	waitingForTurn atomic.Int64 // a gauge, not a counter
 }
 
 // Stats is a snapshot of a worker's counters.
@@ -49,15 +51,24 @@ type Stats struct {
 	// Refused messages dropped without running or answering them: calls
 	// of a gated tool without a valid release (see windlass.Refusal).
 	Refused int64
+	// LeftAlone redeliveries of a call this worker still held, left to the
+	// delivery that holds it (its in-progress acks came late): neither run
+	// nor settled.
+	LeftAlone int64
+
+	// WaitingForTurn is not a counter but the calls waiting now for their
+	// turn under their tool's execution rate (see WithRate).
+	WaitingForTurn int64
 }
 
-// Stats returns the worker's counters.
+// Stats returns the worker's counters, and how many calls wait for their turn.
 func (w *Worker) Stats() Stats {
 	s := &w.stats
 	return Stats{
 		Completed: s.completed.Load(), Failed: s.failed.Load(), Malformed: s.malformed.Load(), Requeued: s.requeued.Load(),
 		Retried: s.retried.Load(), Canceled: s.canceled.Load(), Dead: s.dead.Load(),
 		AlreadyAnswered: s.alreadyAnswered.Load(), DuplicateResults: s.duplicateResults.Load(), Refused: s.refused.Load(),
+		LeftAlone: s.leftAlone.Load(), WaitingForTurn: s.waitingForTurn.Load(),
 	}
 }
 

@@ -84,7 +84,7 @@ func (h *heldMessages) let(k heldKey) {
 
 // leaveAlone is the outcome of a delivery of a message the worker holds.
 func leaveAlone() outcome {
-	return outcome{verb: verbLeave, level: slog.LevelWarn,
+	return outcome{verb: verbLeave, count: countLeftAlone, level: slog.LevelWarn,
 		note: "worker: call redelivered to the worker still holding it (its in-progress acknowledgements were late); not running it again"}
 }
 

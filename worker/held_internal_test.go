@@ -46,6 +46,7 @@ func (b *lockedBuffer) String() string {
 // a large upload on a loaded machine, cannot be had on demand from a real
 // server.
 type lateAcks struct {
+	w       *Worker
 	js      jetstream.JetStream
 	logs    *lockedBuffer
 	results chan windlass.ToolResult
@@ -69,6 +70,7 @@ func startLateAcks(t *testing.T, cfg Config, tool windlass.Tool, opts ...ToolOpt
 		t.Fatal(err)
 	}
 	w.cfg.Heartbeat = time.Hour // no in-progress ack goes out
+	la.w = w
 	if err := w.Register(tool, opts...); err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +112,7 @@ func (la *lateAcks) publish(t *testing.T, tool, id string) {
 }
 
 // left counts the deliveries the worker left alone.
-func (la *lateAcks) left() int { return strings.Count(la.logs.String(), "not running it again") }
+func (la *lateAcks) left() int64 { return la.w.Stats().LeftAlone }
 
 // answer waits for the call's answer.
 func (la *lateAcks) answer(t *testing.T, within time.Duration) windlass.ToolResult {
@@ -154,6 +156,9 @@ func TestRedeliveryToTheHoldingWorkerDoesNotRunAgain(t *testing.T) {
 	}
 	if n := callsStored(t, la.js); n != 1 {
 		t.Fatalf("the calls stream holds %d messages after a delivery was left alone; want the call's, unsettled", n)
+	}
+	if !strings.Contains(la.logs.String(), "redelivered to the worker still holding it") {
+		t.Errorf("no warning of the delivery left alone in the worker's log:\n%s", la.logs)
 	}
 	unblock()
 	if r := la.answer(t, 10*time.Second); r.IsError || r.Content != "done by attempt 1" || r.Attempt != 1 {

@@ -65,6 +65,7 @@ const (
 	countCanceled
 	countAlreadyAnswered
 	countRefused
+	countLeftAlone
 )
 
 // outcome is what happens to one delivered call.

@@ -46,6 +46,8 @@ func (w *Worker) awaitTurn(d *delivery) {
 // turn asks the tool's rate for the call's turn until it has one (ok), or
 // the wait ends first: then it returns the wait's outcome (see waitEnded).
 func (w *Worker) turn(d *delivery) (outcome, bool) {
+	w.stats.waitingForTurn.Add(1)
+	defer w.stats.waitingForTurn.Add(-1)
 	ctx, began := d.callCtx, time.Now()
 	if !d.call.Deadline.IsZero() {
 		var cancel context.CancelFunc

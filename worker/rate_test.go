@@ -277,6 +277,10 @@ func TestWaitForTurnEnds(t *testing.T) {
 			}
 			rf.publish(call)
 			rf.delivered("crm", 2)
+			// Delivered by the server is not yet taken in by the worker: a
+			// stop in between ends the pull the call is on its way to, and
+			// it comes back only after the ack wait.
+			fleettest.WaitFor(t, 10*time.Second, "the call waiting for its turn", func() bool { return w.Stats().WaitingForTurn == 1 })
 			if tt.end != nil {
 				tt.end(rf, w)
 			}
@@ -286,7 +290,7 @@ func TestWaitForTurnEnds(t *testing.T) {
 					t.Fatalf("answered %+v; want it handed back unanswered", r)
 				default:
 				}
-				if s := w.Stats(); s.Requeued != 1 || s.Failed != 0 || s.Canceled != 0 {
+				if s := w.Stats(); s.Requeued != 1 || s.Failed != 0 || s.Canceled != 0 || s.WaitingForTurn != 0 {
 					t.Errorf("stats %+v: want the waiting call requeued once", s)
 				}
 				// Handed back: a worker of the tool without a rate runs it
