@@ -8,7 +8,8 @@ import (
 )
 
 // heldMessages are the call messages this worker holds — delivered to it
-// and not yet settled or handed back — by their stream sequence.
+// and not yet settled or handed back — by their stream sequence and
+// subject (heldKey).
 //
 // JetStream redelivers a message whose in-progress acks stop coming within
 // the ack wait, and it may redeliver it to the very worker still holding

@@ -147,8 +147,8 @@ func (p policy) attemptsOf(call windlass.ToolCall) int { return max(call.Attempt
 // retryDelay reports whether a failed attempt is retried, and after how
 // long: the error must be retryable (or a tool timeout, when the policy
 // says so), attempts and deliveries must remain (counting those left
-// alone: a retry past the deliveries' bound would bury the call), and the next attempt must
-// be able to start before the call's deadline.
+// alone: a retry past the deliveries' bound would bury the call), and the
+// next attempt must be able to start before the call's deadline.
 func (p policy) retryDelay(call windlass.ToolCall, r windlass.ToolResult) (time.Duration, bool) {
 	if r.Error == nil {
 		return 0, false
