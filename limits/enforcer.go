@@ -88,7 +88,8 @@ type Enforcer struct {
 	records *recorder // slots taken without asking, and freed
 	prefix  string
 	rates   *redis_rate.Limiter
-	leases  sync.Map // leaseKey -> *rateLease
+	leases  sync.Map     // leaseKey -> *rateLease
+	swept   atomic.Int64 // when idle leases were last forgotten (Unix ns; see sweepLeases)
 }
 
 // NewEnforcer returns an enforcer over rdb whose keys start with prefix
@@ -211,11 +212,8 @@ func (e *Enforcer) Admit(ctx context.Context, tool, key, callID string, lapse ti
 // this enforcer.
 func (e *Enforcer) Charge(ctx context.Context, tool, key string, r Rate) (Decision, error) {
 	if size := leaseSize(r); size > 1 {
-		v, ok := e.leases.Load(leaseKey{tool, key, r})
-		if !ok {
-			v, _ = e.leases.LoadOrStore(leaseKey{tool, key, r}, new(rateLease))
-		}
-		return e.charge(ctx, v.(*rateLease), tool, key, r, size)
+		e.sweepLeases(time.Now())
+		return e.charge(ctx, leaseKey{tool, key, r}, size)
 	}
 	res, err := e.rates.Allow(ctx, e.keyRate(tool, key), redisLimit(r))
 	if err != nil {

@@ -44,6 +44,45 @@ type rateLease struct {
 	served int       // calls admitted since window
 	window time.Time // when the current window of leaseLife started
 	demand int       // calls admitted in the last full window
+
+	used time.Time // when a call last asked it
+	gone bool      // forgotten by a sweep: a call that finds it so asks the map again
+}
+
+// leaseIdle is how long a lease goes unasked before a sweep forgets it:
+// a dispatcher serving many keys in turn would otherwise keep one lease
+// for every tool × key × rate it ever saw. Forgetting an idle lease costs
+// nothing: its tokens lapsed long before (leaseLife), and a refusal it
+// kept only spares Redis one ask.
+const leaseIdle = time.Minute
+
+// sweepLeases forgets the leases unasked for leaseIdle, at most once a
+// leaseIdle, on the goroutine of the call that finds one due (a walk of
+// the leases, each locked in turn: microseconds for thousands).
+func (e *Enforcer) sweepLeases(now time.Time) {
+	last := e.swept.Load()
+	if now.UnixNano()-last < int64(leaseIdle) || !e.swept.CompareAndSwap(last, now.UnixNano()) {
+		return
+	}
+	e.leases.Range(func(k, v any) bool {
+		l := v.(*rateLease)
+		l.mu.Lock()
+		if now.Sub(l.used) >= leaseIdle && l.fetching == nil && l.waiting == 0 {
+			l.gone = true
+			e.leases.Delete(k)
+		}
+		l.mu.Unlock()
+		return true
+	})
+}
+
+// leaseOf is the lease of k, made on its first call.
+func (e *Enforcer) leaseOf(k leaseKey) *rateLease {
+	if v, ok := e.leases.Load(k); ok {
+		return v.(*rateLease)
+	}
+	v, _ := e.leases.LoadOrStore(k, new(rateLease))
+	return v.(*rateLease)
 }
 
 // leaseLife is how long a lease's tokens may be handed out.
@@ -67,13 +106,21 @@ func (l *rateLease) count(now time.Time) {
 	l.served++
 }
 
-// charge admits one call under r from l, taking a lease from Redis when
-// l has no token left; refused with ReasonRate when Redis has none
-// either.
-func (e *Enforcer) charge(ctx context.Context, l *rateLease, tool, key string, r Rate, size int) (Decision, error) {
+// charge admits one call under k's rate from its lease, taking a lease
+// from Redis when it has no token left; refused with ReasonRate when
+// Redis has none either.
+func (e *Enforcer) charge(ctx context.Context, k leaseKey, size int) (Decision, error) {
+	tool, key, r := k.tool, k.key, k.rate
+	l := e.leaseOf(k)
 	for {
 		l.mu.Lock()
+		if l.gone { // forgotten since it was looked up
+			l.mu.Unlock()
+			l = e.leaseOf(k)
+			continue
+		}
 		now := time.Now()
+		l.used = now
 		if l.left > 0 && now.Before(l.until) {
 			l.left--
 			l.count(now)
