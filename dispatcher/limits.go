@@ -30,8 +30,9 @@ type admission struct {
 	openUntil atomic.Int64
 	closed    atomic.Bool // no slot is freed from here after close: it lapses
 
-	rules sync.Map // ruleKey -> *rule: Config.Limits resolved for one tool × key
-	tools sync.Map // tool -> *seenCount: the tool cap's use as last seen
+	rules sync.Map     // ruleKey -> *rule: Config.Limits resolved for one tool × key
+	tools sync.Map     // tool -> *seenCount: the tool cap's use as last seen
+	swept atomic.Int64 // when idle rules were last forgotten (Unix ns; see sweepRules)
 }
 
 // ruleKey names a rule.
@@ -42,20 +43,48 @@ type ruleKey struct{ tool, key string }
 type rule struct {
 	limit   limits.Limit
 	toolMax int
-	key     *seenCount // the key's cap's use as last seen
-	tool    *seenCount // the tool's, shared by its keys' rules
+	key     *seenCount   // the key's cap's use as last seen
+	tool    *seenCount   // the tool's, shared by its keys' rules
+	used    atomic.Int64 // when a call last looked it up (Unix ns)
 }
 
-// ruleOf is the rule of tool × key.
-func (a *admission) ruleOf(tool, key string) *rule {
+// ruleIdle is how long a rule goes unused before a sweep forgets it: a
+// dispatcher serving many keys in turn would otherwise keep one for every
+// tool × key it ever saw. Forgetting one is safe at any moment: a held
+// slot keeps its own counts (heldSlot.taken), and a rule made again has
+// no fresh count, so its first call asks Redis, which counts every slot
+// this dispatcher queued (an ask writes them first).
+const ruleIdle = time.Minute
+
+// ruleOf is the rule of tool × key, forgetting idle rules when a sweep is
+// due (at most once a ruleIdle, on the calling goroutine).
+func (a *admission) ruleOf(tool, key string, now time.Time) *rule {
+	a.sweepRules(now)
 	k := ruleKey{tool, key}
-	if v, ok := a.rules.Load(k); ok {
-		return v.(*rule)
+	v, ok := a.rules.Load(k)
+	if !ok {
+		t, _ := a.tools.LoadOrStore(tool, new(seenCount))
+		v, _ = a.rules.LoadOrStore(k, &rule{limit: a.cfg.For(tool, key), toolMax: a.cfg.ToolMaxQueued(tool), key: new(seenCount), tool: t.(*seenCount)})
 	}
-	t, _ := a.tools.LoadOrStore(tool, new(seenCount))
-	r := &rule{limit: a.cfg.For(tool, key), toolMax: a.cfg.ToolMaxQueued(tool), key: new(seenCount), tool: t.(*seenCount)}
-	v, _ := a.rules.LoadOrStore(k, r)
-	return v.(*rule)
+	r := v.(*rule)
+	if at := now.UnixNano(); at-r.used.Load() >= int64(time.Second) {
+		r.used.Store(at) // at most once a second: the calls of one key share it
+	}
+	return r
+}
+
+// sweepRules forgets the rules unused for ruleIdle, if a sweep is due.
+func (a *admission) sweepRules(now time.Time) {
+	last := a.swept.Load()
+	if now.UnixNano()-last < int64(ruleIdle) || !a.swept.CompareAndSwap(last, now.UnixNano()) {
+		return
+	}
+	a.rules.Range(func(k, v any) bool {
+		if now.UnixNano()-v.(*rule).used.Load() >= int64(ruleIdle) {
+			a.rules.Delete(k)
+		}
+		return true
+	})
 }
 
 // seenCount is how many calls held a slot under one cap when Redis last
@@ -193,12 +222,12 @@ func (d *Dispatcher) admit(ctx context.Context, p *prepared) error {
 		return nil
 	}
 	tool, key := p.call.Name, p.key()
-	r := a.ruleOf(tool, key)
+	now := time.Now()
+	r := a.ruleOf(tool, key, now)
 	l, toolMax, keyCount, toolCount := r.limit, r.toolMax, r.key, r.tool
 	if l.Rate.IsZero() && l.MaxInFlight <= 0 && toolMax <= 0 {
 		return nil
 	}
-	now := time.Now()
 	if now.UnixNano() < a.openUntil.Load() {
 		d.metrics.Unenforced(ctx, tool)
 		return nil

@@ -1,8 +1,11 @@
 package dispatcher
 
 import (
+	"fmt"
 	"testing"
 	"time"
+
+	"github.com/windlass-dev/windlass/limits"
 )
 
 // TestSeenCountAdmitsAQuarterWithoutAsking: a dispatcher admits without
@@ -62,5 +65,36 @@ func TestSeenCountAdmitsAQuarterWithoutAsking(t *testing.T) {
 	c.counted(5, now) // a batch's count, for a take undone: since is unchanged
 	if c.held != 5 || c.since != 1 {
 		t.Errorf("held %d, since %d after counted(5); want 5 and 1", c.held, c.since)
+	}
+}
+
+// TestIdleRulesAreForgotten: admission keeps the resolved limits of each
+// tool × key it saw; one unused for a minute is forgotten by the next
+// sweep, so serving many keys in turn does not grow the map for ever, and
+// a forgotten key's rule is made again on its next call.
+func TestIdleRulesAreForgotten(t *testing.T) {
+	t.Parallel()
+	a := newAdmission(limits.Config{Default: limits.Limit{MaxInFlight: 8}}, nil)
+	rules := func() (n int) {
+		a.rules.Range(func(any, any) bool { n++; return true })
+		return n
+	}
+	t0 := time.Now()
+	for i := range 50 {
+		a.ruleOf("t", fmt.Sprint("k", i), t0)
+	}
+	a.ruleOf("t", "later", t0.Add(30*time.Second)) // no sweep due: the last was at t0
+	if n := rules(); n != 51 {
+		t.Fatalf("%d rules; want 51", n)
+	}
+	r := a.ruleOf("t", "latest", t0.Add(61*time.Second)) // a sweep: the 50 are a minute idle
+	if n := rules(); n != 2 {
+		t.Fatalf("%d rules after the sweep; want the two used within a minute", n)
+	}
+	if r.limit.MaxInFlight != 8 {
+		t.Errorf("rule %+v; want the configured cap", r.limit)
+	}
+	if again := a.ruleOf("t", "k0", t0.Add(62*time.Second)); again.limit.MaxInFlight != 8 || rules() != 3 {
+		t.Errorf("k0 after it was forgotten: %+v, %d rules; want its rule made again", again.limit, rules())
 	}
 }
