@@ -18,8 +18,8 @@ import (
 
 // TestUploadWaitsForTheServerEveryWindow: the object store reads an upload
 // chunk by chunk; the paced reader waits for the server (flush) each time
-// a window's worth has been handed out, before handing out more, and an
-// upload whose flush fails ends with that error.
+// a window's worth has been handed out, before handing out more; a flush
+// that fails does not end the upload (pacing is best effort).
 func TestUploadWaitsForTheServerEveryWindow(t *testing.T) {
 	const window, chunk = 1 << 20, 256 << 10
 	data := bytes.Repeat([]byte("p"), 5*window+1)
@@ -46,15 +46,21 @@ func TestUploadWaitsForTheServerEveryWindow(t *testing.T) {
 	}
 
 	refused := errors.New("connection closed")
-	p = &pacedReader{r: bytes.NewReader(data), window: window, flush: func() error { return refused }}
-	var err error
-	for read = 0; err == nil; {
-		var n int
-		n, err = p.Read(buf)
+	flushes := 0
+	p = &pacedReader{r: bytes.NewReader(data), window: window, flush: func() error { flushes++; return refused }}
+	read = 0
+	for {
+		n, err := p.Read(buf)
 		read += n
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("with a failing flush: %v after %d bytes; want the upload read whole (pacing is best effort)", err, read)
+		}
 	}
-	if !errors.Is(err, refused) || read != window {
-		t.Fatalf("with a failing flush: read %d bytes, then %v; want %d, then the flush's error", read, err, window)
+	if read != len(data) || flushes != 5 {
+		t.Fatalf("with a failing flush: read %d bytes after %d flushes; want all %d after 5", read, flushes, len(data))
 	}
 }
 

@@ -115,7 +115,11 @@ func New(obs jetstream.ObjectStore, nc *nats.Conn) *Store {
 const paceWindow = 1 << 20
 
 // pacedReader reads an upload for the object store, waiting after every
-// window bytes for the server to have read what was sent (flush).
+// window bytes for the server to have read what was sent (flush). The
+// pacing is best effort: a flush that fails (times out on a server slow to
+// answer, or the connection broke) does not fail the upload, which fails
+// on its own publishes if the connection is gone; failing it would send
+// the whole object again, slower still.
 type pacedReader struct {
 	r       io.Reader
 	flush   func() error
@@ -126,9 +130,7 @@ type pacedReader struct {
 // Read implements io.Reader.
 func (p *pacedReader) Read(b []byte) (int, error) {
 	if p.pending >= p.window {
-		if err := p.flush(); err != nil {
-			return 0, fmt.Errorf("payload: pace the upload: %w", err)
-		}
+		_ = p.flush() // best effort (see pacedReader)
 		p.pending = 0
 	}
 	n, err := p.r.Read(b)
