@@ -64,7 +64,9 @@ func (a *admission) ruleOf(tool, key string, now time.Time) *rule {
 	v, ok := a.rules.Load(k)
 	if !ok {
 		t, _ := a.tools.LoadOrStore(tool, new(seenCount))
-		v, _ = a.rules.LoadOrStore(k, &rule{limit: a.cfg.For(tool, key), toolMax: a.cfg.ToolMaxQueued(tool), key: new(seenCount), tool: t.(*seenCount)})
+		fresh := &rule{limit: a.cfg.For(tool, key), toolMax: a.cfg.ToolMaxQueued(tool), key: new(seenCount), tool: t.(*seenCount)}
+		fresh.used.Store(now.UnixNano()) // before it is seen: a sweep under way keeps it
+		v, _ = a.rules.LoadOrStore(k, fresh)
 	}
 	r := v.(*rule)
 	if at := now.UnixNano(); at-r.used.Load() >= int64(time.Second) {
@@ -81,7 +83,7 @@ func (a *admission) sweepRules(now time.Time) {
 	}
 	a.rules.Range(func(k, v any) bool {
 		if now.UnixNano()-v.(*rule).used.Load() >= int64(ruleIdle) {
-			a.rules.Delete(k)
+			a.rules.CompareAndDelete(k, v)
 		}
 		return true
 	})

@@ -69,7 +69,7 @@ func (e *Enforcer) sweepLeases(now time.Time) {
 		l.mu.Lock()
 		if now.Sub(l.used) >= leaseIdle && l.fetching == nil && l.waiting == 0 {
 			l.gone = true
-			e.leases.Delete(k)
+			e.leases.CompareAndDelete(k, l)
 		}
 		l.mu.Unlock()
 		return true
@@ -81,7 +81,7 @@ func (e *Enforcer) leaseOf(k leaseKey) *rateLease {
 	if v, ok := e.leases.Load(k); ok {
 		return v.(*rateLease)
 	}
-	v, _ := e.leases.LoadOrStore(k, new(rateLease))
+	v, _ := e.leases.LoadOrStore(k, &rateLease{used: time.Now()}) // used at once: a sweep under way keeps it
 	return v.(*rateLease)
 }
 
@@ -167,6 +167,7 @@ func (e *Enforcer) charge(ctx context.Context, k leaseKey, size int) (Decision, 
 			return Decision{Reason: ReasonRate, RetryAfter: res.RetryAfter}, nil
 		}
 		now = time.Now()
+		l.used = now // its waiters use it next: a sweep keeps it
 		l.left, l.until = res.Allowed-1, now.Add(leaseLife)
 		l.count(now)
 		l.mu.Unlock()
