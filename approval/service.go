@@ -30,6 +30,7 @@ import (
 	"github.com/windlass-dev/windlass/internal/retry"
 	"github.com/windlass-dev/windlass/internal/telemetry"
 	"github.com/windlass-dev/windlass/internal/textcut"
+	"github.com/windlass-dev/windlass/internal/wirejson"
 	"github.com/windlass-dev/windlass/limits"
 	"github.com/windlass-dev/windlass/registry"
 )
@@ -442,7 +443,7 @@ func (s *Service) arguments(ctx context.Context, msg jetstream.Msg, call *windla
 func (s *Service) intake(ctx context.Context, msg jetstream.Msg) {
 	log := s.cfg.Logger
 	var call windlass.ToolCall
-	err := json.Unmarshal(msg.Data(), &call)
+	err := wirejson.Decode(msg.Data(), &call)
 	if err == nil {
 		err = call.Validate()
 	}

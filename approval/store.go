@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/windlass-dev/windlass"
+	"github.com/windlass-dev/windlass/internal/wirejson"
 )
 
 // Status is a held call's state.
@@ -571,7 +572,7 @@ func (h *HeldCall) toolCall() (windlass.ToolCall, error) {
 		return *h.call, nil
 	}
 	var c windlass.ToolCall
-	if err := json.Unmarshal([]byte(h.callJSON), &c); err != nil {
+	if err := wirejson.Decode([]byte(h.callJSON), &c); err != nil {
 		return windlass.ToolCall{ID: h.ID, Name: h.Tool}, fmt.Errorf("approval: held call %q: decode call: %w", h.ID, err)
 	}
 	h.call = &c

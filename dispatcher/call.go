@@ -15,6 +15,7 @@ import (
 	"github.com/windlass-dev/windlass/approval/release"
 	"github.com/windlass-dev/windlass/internal/layout"
 	"github.com/windlass-dev/windlass/internal/retry"
+	"github.com/windlass-dev/windlass/internal/wirejson"
 	"github.com/windlass-dev/windlass/limits"
 	"github.com/windlass-dev/windlass/registry"
 )
@@ -656,7 +657,7 @@ func (d *Dispatcher) resolve(ctx context.Context, r windlass.ToolResult) (windla
 
 func decodeResult(callID string, data []byte) (windlass.ToolResult, error) {
 	var r windlass.ToolResult
-	if err := json.Unmarshal(data, &r); err != nil {
+	if err := wirejson.Decode(data, &r); err != nil {
 		return windlass.ToolResult{}, fmt.Errorf("dispatcher: decode result of %q: %w", callID, err)
 	}
 	if r.IsError && r.Error == nil { // a foreign worker may leave the error object out

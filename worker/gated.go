@@ -16,6 +16,7 @@ import (
 	"github.com/windlass-dev/windlass/internal/layout"
 	"github.com/windlass-dev/windlass/internal/retry"
 	"github.com/windlass-dev/windlass/internal/streamread"
+	"github.com/windlass-dev/windlass/internal/wirejson"
 )
 
 // A message on a gated tool's call subject is the approval service's
@@ -201,6 +202,6 @@ func (w *Worker) storedResult(ctx context.Context, callID string) (windlass.Tool
 		return windlass.ToolResult{}, false, err
 	}
 	var r windlass.ToolResult
-	_ = json.Unmarshal(data, &r) // a result that does not decode is a result all the same
+	_ = wirejson.Decode(data, &r) // a result that does not decode is a result all the same
 	return r, true, nil
 }

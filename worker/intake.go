@@ -16,6 +16,7 @@ import (
 	"github.com/windlass-dev/windlass/internal/layout"
 	"github.com/windlass-dev/windlass/internal/payload"
 	"github.com/windlass-dev/windlass/internal/retry"
+	"github.com/windlass-dev/windlass/internal/wirejson"
 )
 
 // delivery is one delivered call message and what handling it holds. The
@@ -118,7 +119,7 @@ func (w *Worker) decode(d *delivery) (outcome, bool) {
 			attrs: []any{"tool", d.t.spec.Name, "error", err}}, true
 	}
 	d.meta = meta
-	if err := json.Unmarshal(d.msg.Data(), &d.call); err != nil || d.call.Validate() != nil {
+	if err := wirejson.Decode(d.msg.Data(), &d.call); err != nil || d.call.Validate() != nil {
 		if err == nil {
 			err = d.call.Validate()
 		}
