@@ -2,6 +2,7 @@ package worker
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -40,8 +41,8 @@ func (b *lockedBuffer) String() string {
 }
 
 // lateAcks is a worker whose in-progress acknowledgements never go out, so
-// its calls are redelivered every ack wait (500 ms) to it, the only
-// worker: the heartbeat period is set to an hour after the config was
+// its calls are redelivered every ack wait (500 ms, unless the Config
+// sets one) to it, the only worker: the heartbeat period is set to an hour after the config was
 // checked (internal). The real cause, acks queued on the connection behind
 // a large upload on a loaded machine, cannot be had on demand from a real
 // server.
@@ -64,7 +65,7 @@ func startLateAcks(t *testing.T, cfg Config, tool windlass.Tool, opts ...ToolOpt
 		t.Fatal(err)
 	}
 	la := &lateAcks{js: js, logs: &lockedBuffer{}, results: make(chan windlass.ToolResult, 4)}
-	cfg.JetStream, cfg.AckWait, cfg.Logger = js, 500*time.Millisecond, slog.New(slog.NewTextHandler(la.logs, nil))
+	cfg.JetStream, cfg.AckWait, cfg.Logger = js, cmp.Or(cfg.AckWait, 500*time.Millisecond), slog.New(slog.NewTextHandler(la.logs, nil))
 	w, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -213,6 +214,92 @@ func TestLeftDeliveriesDoNotBuryARetry(t *testing.T) {
 	if r := la.answer(t, 20*time.Second); r.Code() == windlass.CodeWorkerLost || !strings.Contains(r.Content, "transient trouble") {
 		t.Errorf("answer %s: %q; want the tool's own error, its retries used up by the deliveries left alone", r.Code(), r.Content)
 	}
+	if n := runs.Load(); n != 1 {
+		t.Errorf("the tool ran %d times; want once", n)
+	}
+}
+
+// TestShutdownLeavesAHeldRedeliveryAlone: a call pulled once the worker
+// is shutting down is handed back to the stream for another worker, except
+// a redelivery of a call this worker still runs: handed back, it would run
+// on another worker beside the first. That delivery is left alone — no
+// other worker is given the call, the tool runs once, and the first
+// delivery's answer settles the message.
+//
+// The shutdown branch of puller.take is driven directly, with a real
+// redelivery: a worker shutting down takes a pulled call there only when
+// its context ends between the server's sending the call and the puller's
+// reading it, a moment a test cannot choose with real servers. The tool
+// runs one call at a time, so while it runs the worker has no pull request
+// open and the redelivery (its acks are late: ack wait 3 s) comes to the
+// test's own pull on the worker's consumer.
+func TestShutdownLeavesAHeldRedeliveryAlone(t *testing.T) {
+	t.Parallel()
+	const ackWait = 3 * time.Second
+	var runs atomic.Int64
+	release := make(chan struct{})
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	defer unblock()
+	tool := windlass.MustFunc("held", func(ctx context.Context, _ struct{}) (string, error) {
+		info, _ := windlass.CallInfoFromContext(ctx)
+		runs.Add(1)
+		<-release
+		return "done by attempt " + strconv.Itoa(info.Attempt), nil
+	})
+	la := startLateAcks(t, Config{AckWait: ackWait}, tool, WithConcurrency(1))
+	cons, err := la.js.Consumer(t.Context(), layout.CallsStream, layout.ConsumerName("held"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// pull pulls one delivery of the tool's calls, as another worker would.
+	pull := func(within time.Duration) (jetstream.Msg, bool) {
+		t.Helper()
+		batch, err := cons.Fetch(1, jetstream.FetchMaxWait(within))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for msg := range batch.Messages() {
+			return msg, true
+		}
+		return nil, false
+	}
+	la.publish(t, "held", "held-1")
+	waitFor(t, "the tool started", func() bool { return runs.Load() == 1 })
+	redelivery, ok := pull(3 * ackWait)
+	if !ok {
+		t.Fatalf("the call was not redelivered within %s", 3*ackWait)
+	}
+	if meta, err := redelivery.Metadata(); err != nil || meta.NumDelivered != 2 {
+		t.Fatalf("pulled %v, %v; want the call's second delivery", meta, err)
+	}
+
+	// The worker's puller, shutting down, with the slots it reserved for
+	// the pull that brought the redelivery.
+	shutdown, stop := context.WithCancel(t.Context())
+	stop()
+	p := &puller{w: la.w, ctx: shutdown, stopped: shutdown, runCtx: t.Context(), t: la.w.tools["held"], calls: new(sync.WaitGroup), log: la.w.cfg.Logger, toolSlots: make(chan struct{}, 1)}
+	p.toolSlots <- struct{}{}
+	la.w.slots <- struct{}{}
+	p.take(redelivery)
+
+	if n := la.left(); n != 1 {
+		t.Errorf("Stats().LeftAlone = %d after the redelivery was taken while shutting down; want 1", n)
+	}
+	// Handed back, it would come again at once; left alone, not before
+	// another ack wait.
+	if again, ok := pull(ackWait / 3); ok {
+		meta, _ := again.Metadata()
+		t.Fatalf("the call was delivered again (delivery %d) right after the shutting-down worker took its redelivery: handed back, to run beside the first", meta.NumDelivered)
+	}
+	if len(p.toolSlots) != 0 {
+		t.Error("the slot reserved for the redelivery was not given back")
+	}
+	unblock()
+	if r := la.answer(t, 10*time.Second); r.IsError || r.Content != "done by attempt 1" {
+		t.Fatalf("answer %q (error %v); want the first delivery's", r.Content, r.IsError)
+	}
+	waitFor(t, "the call's message settled by the first delivery's ack", func() bool { return callsStored(t, la.js) == 0 })
 	if n := runs.Load(); n != 1 {
 		t.Errorf("the tool ran %d times; want once", n)
 	}
