@@ -231,11 +231,13 @@ func TestLeftDeliveriesDoNotBuryARetry(t *testing.T) {
 // its context ends between the server's sending the call and the puller's
 // reading it, a moment a test cannot choose with real servers. The tool
 // runs one call at a time, so while it runs the worker has no pull request
-// open and the redelivery (its acks are late: ack wait 3 s) comes to the
+// open and the redelivery (its acks are late: ack wait 6 s) comes to the
 // test's own pull on the worker's consumer.
 func TestShutdownLeavesAHeldRedeliveryAlone(t *testing.T) {
 	t.Parallel()
-	const ackWait = 3 * time.Second
+	// Long enough that a stall of the test under load does not bring the
+	// next redelivery into the 1 s look for a handed-back call.
+	const ackWait = 6 * time.Second
 	var runs atomic.Int64
 	release := make(chan struct{})
 	var once sync.Once
@@ -288,7 +290,7 @@ func TestShutdownLeavesAHeldRedeliveryAlone(t *testing.T) {
 	}
 	// Handed back, it would come again at once; left alone, not before
 	// another ack wait.
-	if again, ok := pull(ackWait / 3); ok {
+	if again, ok := pull(time.Second); ok {
 		meta, _ := again.Metadata()
 		t.Fatalf("the call was delivered again (delivery %d) right after the shutting-down worker took its redelivery: handed back, to run beside the first", meta.NumDelivered)
 	}
