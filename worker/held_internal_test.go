@@ -127,6 +127,21 @@ func (la *lateAcks) answer(t *testing.T, within time.Duration) windlass.ToolResu
 	}
 }
 
+// blockingTool is the tool "held", which counts its runs and answers "done
+// by attempt N" once unblock is called (again is harmless).
+func blockingTool() (tool windlass.Tool, runs *atomic.Int64, unblock func()) {
+	runs = new(atomic.Int64)
+	release := make(chan struct{})
+	var once sync.Once
+	tool = windlass.MustFunc("held", func(ctx context.Context, _ struct{}) (string, error) {
+		info, _ := windlass.CallInfoFromContext(ctx)
+		runs.Add(1)
+		<-release
+		return "done by attempt " + strconv.Itoa(info.Attempt), nil
+	})
+	return tool, runs, func() { once.Do(func() { close(release) }) }
+}
+
 // TestRedeliveryToTheHoldingWorkerDoesNotRunAgain: a call whose in-progress
 // acknowledgements stop reaching the server is redelivered after the ack
 // wait, and JetStream may hand it back to the worker that still runs it.
@@ -135,17 +150,8 @@ func (la *lateAcks) answer(t *testing.T, within time.Duration) windlass.ToolResu
 // answer settles it.
 func TestRedeliveryToTheHoldingWorkerDoesNotRunAgain(t *testing.T) {
 	t.Parallel()
-	var runs atomic.Int64
-	release := make(chan struct{})
-	var once sync.Once
-	unblock := func() { once.Do(func() { close(release) }) }
+	tool, runs, unblock := blockingTool()
 	defer unblock()
-	tool := windlass.MustFunc("held", func(ctx context.Context, _ struct{}) (string, error) {
-		info, _ := windlass.CallInfoFromContext(ctx)
-		runs.Add(1)
-		<-release
-		return "done by attempt " + strconv.Itoa(info.Attempt), nil
-	})
 	la := startLateAcks(t, Config{}, tool)
 	la.publish(t, "held", "held-1")
 	waitFor(t, "the tool started", func() bool { return runs.Load() == 1 })
@@ -238,17 +244,8 @@ func TestShutdownLeavesAHeldRedeliveryAlone(t *testing.T) {
 	// Long enough that a stall of the test under load does not bring the
 	// next redelivery into the 1 s look for a handed-back call.
 	const ackWait = 6 * time.Second
-	var runs atomic.Int64
-	release := make(chan struct{})
-	var once sync.Once
-	unblock := func() { once.Do(func() { close(release) }) }
+	tool, runs, unblock := blockingTool()
 	defer unblock()
-	tool := windlass.MustFunc("held", func(ctx context.Context, _ struct{}) (string, error) {
-		info, _ := windlass.CallInfoFromContext(ctx)
-		runs.Add(1)
-		<-release
-		return "done by attempt " + strconv.Itoa(info.Attempt), nil
-	})
 	la := startLateAcks(t, Config{AckWait: ackWait}, tool, WithConcurrency(1))
 	cons, err := la.js.Consumer(t.Context(), layout.CallsStream, layout.ConsumerName("held"))
 	if err != nil {
