@@ -18,5 +18,9 @@ package wirejson
 import jsonv1 "github.com/go-json-experiment/json/v1"
 
 // Decode unmarshals the JSON record data into v, as encoding/json's
-// Unmarshal does.
+// Unmarshal does: the same value when it succeeds, and an error whenever
+// encoding/json's is one. What a failed decode leaves in v may differ
+// (encoding/json leaves a number out of its field's range at zero, this
+// decoder at the range's bound), so a caller reads v only on success, or
+// only for fields it can check.
 func Decode(data []byte, v any) error { return jsonv1.Unmarshal(data, v) }
