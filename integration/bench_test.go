@@ -3,7 +3,9 @@ package integration_test
 import (
 	"context"
 	"fmt"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/windlass-dev/windlass/internal/bench"
 	"github.com/windlass-dev/windlass/limits"
@@ -186,8 +188,23 @@ func BenchmarkStoredCall(b *testing.B) {
 	benchAlone(b, func(env *bench.Env) bench.CallFunc { return env.RawStored(128, 0) })
 }
 
+// BenchmarkRawCall is the raw JetStream round trip alone (one stored
+// message a call), the floor beside BenchmarkStoredCall and
+// BenchmarkFleetCall: on a machine whose cores the server, the clients and
+// the load share, their CPU a call (cpu-µs/call) bounds their throughput
+// ratios.
+//
+//	go test -run '^$' -bench 'RawCall|StoredCall|FleetCall' -benchtime 30000x ./integration/
+func BenchmarkRawCall(b *testing.B) {
+	benchAlone(b, func(env *bench.Env) bench.CallFunc { return env.RawJetStream(128, 0) })
+}
+
 // benchAlone measures one path alone at 1 and 64 in flight, with its
-// allocations: the call path of BenchmarkFleetCall and BenchmarkStoredCall.
+// allocations and the process's CPU a call (user and system time of this
+// process, which runs the NATS server, the clients and the load; not the
+// Redis server's, a process of its own that only the fleet's admission
+// uses): the call path of BenchmarkFleetCall, BenchmarkStoredCall and
+// BenchmarkRawCall.
 func benchAlone(b *testing.B, path func(*bench.Env) bench.CallFunc) {
 	env := startBench(b)
 	for _, inflight := range []int{1, 64} {
@@ -196,12 +213,24 @@ func benchAlone(b *testing.B, path func(*bench.Env) bench.CallFunc) {
 			bench.Measure(context.Background(), bench.Load{InFlight: inflight, Calls: 200}, call, nil)
 			b.ReportAllocs()
 			b.ResetTimer()
+			cpu := processCPU(b)
 			s := bench.Measure(context.Background(), bench.Load{InFlight: inflight, Calls: b.N}, call, nil)
+			cpu = processCPU(b) - cpu
 			if s.Errors > 0 {
 				b.Fatalf("%d calls failed: %s", s.Errors, s.FirstError)
 			}
 			b.ReportMetric(s.PerSec, "calls/s")
 			b.ReportMetric(s.P50, "p50-µs")
+			b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/call")
 		})
 	}
+}
+
+// processCPU is the CPU time this process has used, user and system.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatalf("getrusage: %v", err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
