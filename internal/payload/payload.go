@@ -216,8 +216,28 @@ func (s *Store) Get(ctx context.Context, ref windlass.PayloadRef, limit int64) (
 	})
 }
 
+// minFetchRate is the slowest download, in bytes a second, that an
+// attempt of Get waits out when its caller set no deadline (fetchTime).
+const minFetchRate = 1 << 20
+
+// fetchTime bounds one attempt to download an object of size bytes when
+// its caller set no deadline: the time to ask, and the object at
+// minFetchRate (55 s for 50 MiB). Without it nats.go bounds the whole
+// download by its default API timeout, 5 s however large the object, which
+// a 50 MiB object on a loaded machine or a slow link does not meet; every
+// attempt then starts again from the first byte, and each fails alike, so
+// a result that is there was answered "unavailable".
+func fetchTime(size int64) time.Duration {
+	return retry.WriteTimeout + time.Duration(size/minFetchRate)*time.Second
+}
+
 // get is one attempt of Get.
 func (s *Store) get(ctx context.Context, ref windlass.PayloadRef) ([]byte, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, fetchTime(ref.Size))
+		defer cancel()
+	}
 	res, err := s.obs.Get(ctx, ref.Name)
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
 		return nil, fmt.Errorf("%w: object %s is gone (past the bucket's lifetime, or never stored)", ErrUnreadable, ref.Name)
