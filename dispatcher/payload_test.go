@@ -61,7 +61,7 @@ func TestPayloadsByReference(t *testing.T) {
 	e := newEnv(t, mirror(&runs))
 	for _, size := range []int{10 << 20, 50 << 20} {
 		text := bigText(size)
-		r, err := e.d.Call(t.Context(), "mirror", mirrorArgs{Text: text}, dispatcher.WithTimeout(2*time.Minute))
+		r, err := e.d.Call(t.Context(), "mirror", mirrorArgs{Text: text}, dispatcher.WithTimeout(largePayloadTimeout+time.Minute))
 		if err != nil || r.IsError || r.Content != text {
 			t.Fatalf("%d bytes: Call = %.200v, %v; want the text back", size, r, err)
 		}

@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -47,6 +48,8 @@ type fleet struct {
 	srv  *httptest.Server
 	key  string        // sent as the bearer token, when set
 	runs *atomic.Int64 // executions of count
+	// timeout bounds each request; zero: 90 s.
+	timeout time.Duration
 }
 
 // newFleet starts a fleet; cfg's Dispatcher (and Conn, unless set) are
@@ -137,7 +140,7 @@ func (f *fleet) do(method, path, body string) response {
 // send sends a request; edit adjusts it before it goes.
 func (f *fleet) send(method, path, body string, edit func(*http.Request)) response {
 	f.t.Helper()
-	ctx, cancel := context.WithTimeout(f.t.Context(), 90*time.Second)
+	ctx, cancel := context.WithTimeout(f.t.Context(), cmp.Or(f.timeout, 90*time.Second))
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, method, f.srv.URL+path, strings.NewReader(body))
 	if err != nil {

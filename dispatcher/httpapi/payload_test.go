@@ -32,17 +32,22 @@ func TestLargePayloads(t *testing.T) {
 	fl.StartWorker(worker.Config{}, mirror)
 	d := fl.Dispatcher(dispatcher.Config{})
 	fleettest.WaitCatalog(t, d, "mirror")
-	h, err := httpapi.New(httpapi.Config{Dispatcher: d})
+	// 50 MiB each way, through JSON, SHA-256 and the object store four
+	// times under -race on a loaded machine, can take past the default
+	// wait (60 s): this test is about the payload, not its speed, so the
+	// POST waits, and the client with it, as long as the tool may run.
+	const patience = 4 * time.Minute
+	h, err := httpapi.New(httpapi.Config{Dispatcher: d, MaxWait: patience})
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	f := &fleet{Fleet: fl, t: t, d: d, h: h, srv: srv}
+	f := &fleet{Fleet: fl, t: t, d: d, h: h, srv: srv, timeout: patience + time.Minute}
 
 	for _, size := range []int{10 << 20, 50 << 20} {
 		want := strings.Repeat("0123456789abcdef", size/16)
-		body, _ := json.Marshal(map[string]any{"tool": "mirror", "arguments": map[string]string{"text": want}})
+		body, _ := json.Marshal(map[string]any{"tool": "mirror", "arguments": map[string]string{"text": want}, "timeout_ms": patience.Milliseconds()})
 		c := f.call(f.do("POST", "/v1/calls", string(body)), http.StatusOK)
 		if c.Result == nil || c.Result.IsError || c.Result.Content != want || c.Result.ContentRef != nil {
 			t.Fatalf("%d bytes: POST answered %.200v", size, c.Result)
