@@ -41,9 +41,9 @@ func (b *lockedBuffer) String() string {
 }
 
 // lateAcks is a worker whose in-progress acknowledgements never go out, so
-// its calls are redelivered every ack wait (500 ms, unless the Config
-// sets one) to it, the only worker: the heartbeat period is set to an hour after the config was
-// checked (internal). The real cause, acks queued on the connection behind
+// its calls are redelivered every ack wait (500 ms, unless the Config sets
+// one) to it, the only worker: the heartbeat period is set to an hour after
+// the config was checked (internal). The real cause, acks queued on the connection behind
 // a large upload on a loaded machine, cannot be had on demand from a real
 // server.
 type lateAcks struct {

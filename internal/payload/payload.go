@@ -221,8 +221,9 @@ func (s *Store) Get(ctx context.Context, ref windlass.PayloadRef, limit int64) (
 const minFetchRate = 1 << 20
 
 // fetchTime bounds one attempt to download an object of size bytes when
-// its caller set no deadline: the time to ask, and the object at
-// minFetchRate (55 s for 50 MiB). Without it nats.go bounds the whole
+// its caller set no deadline: 5 s to ask (retry.WriteTimeout, as long as
+// nats.go's own default), and the object at minFetchRate (55 s in all for
+// 50 MiB). Without it nats.go bounds the whole
 // download by its default API timeout, 5 s however large the object, which
 // a 50 MiB object on a loaded machine or a slow link does not meet; every
 // attempt then starts again from the first byte, and each fails alike, so

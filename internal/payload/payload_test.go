@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
@@ -19,7 +20,13 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // newStore is a store over a payloads bucket on a server of the test's own.
 func newStore(t *testing.T) (*payload.Store, jetstream.ObjectStore) {
 	t.Helper()
-	nc := testserver.StartNATS(t).Connect(t)
+	return storeOver(t, testserver.StartNATS(t).Connect(t))
+}
+
+// storeOver is a store over the payloads bucket (made when missing) on the
+// connection nc.
+func storeOver(t *testing.T, nc *nats.Conn) (*payload.Store, jetstream.ObjectStore) {
+	t.Helper()
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)

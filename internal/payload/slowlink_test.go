@@ -9,10 +9,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/windlass-dev/windlass/internal/layout"
-	"github.com/windlass-dev/windlass/internal/payload"
 	"github.com/windlass-dev/windlass/internal/testserver"
 )
 
@@ -27,36 +25,20 @@ import (
 func TestGetOverASlowLink(t *testing.T) {
 	t.Parallel()
 	srv := testserver.StartNATS(t)
-	fast := srv.Connect(t)
-	js, err := jetstream.New(fast)
-	if err != nil {
-		t.Fatal(err)
-	}
-	obs, err := layout.EnsurePayloads(t.Context(), js, layout.StreamOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	fast, _ := storeOver(t, srv.Connect(t))
 	data := []byte(strings.Repeat("slow link ", 12<<20/10))
-	ref, err := payload.New(obs, fast).Put(t.Context(), layout.PayloadData, "c1", data)
+	ref, err := fast.Put(t.Context(), layout.PayloadData, "c1", data)
 	if err != nil {
 		t.Fatal(err)
 	}
-
 	slowConn, err := nats.Connect(throttled(t, srv.URL(), 3<<19))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(slowConn.Close)
-	sjs, err := jetstream.New(slowConn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sobs, err := sjs.ObjectStore(t.Context(), layout.PayloadsBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
+	slow, _ := storeOver(t, slowConn)
 	start := time.Now()
-	got, err := payload.New(sobs, slowConn).Get(t.Context(), ref, 0) // no deadline
+	got, err := slow.Get(t.Context(), ref, 0) // no deadline
 	if err != nil || string(got) != string(data) {
 		t.Fatalf("Get over the slow link = %d bytes, %v after %s; want the object whole", len(got), err, time.Since(start).Round(time.Millisecond))
 	}
