@@ -126,9 +126,11 @@
 //
 // Config.Notify and each endpoint of Config.Webhooks have a queue of their
 // own: a consumer group on the audit stream, created at the stream's end
-// the first time a replica starts with it (a new endpoint is sent the
-// events from then on, not the history), so one slow endpoint holds back
-// no other. Every replica reads each queue as a consumer of its own
+// the first time a replica starts with it, before the replica takes a call
+// in (a new endpoint is sent the events from then on, not the history), so
+// one slow endpoint holds back no other. A group Redis lost (restarted
+// empty) is created again at the stream's beginning: every entry there
+// came after the loss. Every replica reads each queue as a consumer of its own
 // (Config.Replica), one entry at a time, and acknowledges an entry only
 // after the delivery succeeded (or the sender gave up on it): so each event
 // is delivered by one replica while all live. While it delivers, a replica

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"sync"
@@ -61,8 +62,9 @@ const notifyBatch = 1
 // the entry (heartbeat), and an entry whose replica stopped renewing for
 // Config.ClaimAfter (it died mid-delivery) is claimed by another, which
 // delivers it again.
+//
+// The queue's group exists before the loop starts: [Service.ensureGroups].
 func (s *Service) notifyLoop(ctx context.Context, q queue) {
-	s.createGroup(ctx, q.group)
 	waits := retry.Policy{Initial: 100 * time.Millisecond, Max: 5 * time.Second}.Waits()
 	own := true // read this consumer's own pending entries first
 	var lastClaim time.Time
@@ -89,8 +91,13 @@ func (s *Service) notifyLoop(ctx context.Context, q queue) {
 				s.cfg.Logger.WarnContext(ctx, "approval: reading events failed", "group", q.group, "error", err)
 				retry.Sleep(ctx, waits.Next())
 				if redis.HasErrorPrefix(err, "NOGROUP") {
-					// Redis was unreachable at start, or restarted empty.
-					s.createGroup(ctx, q.group)
+					// The group went with Redis's data (restarted empty,
+					// flushed): every entry the stream holds now came
+					// after and none was delivered, so the new group
+					// starts at the stream's beginning.
+					if err := s.createGroup(ctx, q.group, "0"); err != nil && ctx.Err() == nil {
+						s.cfg.Logger.ErrorContext(ctx, "approval: cannot create the notification group; retrying", "group", q.group, "error", err)
+					}
 				}
 			}
 			continue
@@ -109,14 +116,40 @@ func (s *Service) notifyLoop(ctx context.Context, q queue) {
 	}
 }
 
-// createGroup creates a queue's consumer group, unless it exists, at the
-// stream's end: a new queue starts with the events after it was created,
-// so a webhook endpoint added later is not sent the history.
-func (s *Service) createGroup(ctx context.Context, group string) {
-	err := s.cfg.Redis.XGroupCreateMkStream(ctx, s.store.auditKey(), group, "$").Err()
-	if err != nil && !redis.HasErrorPrefix(err, "BUSYGROUP") && ctx.Err() == nil {
-		s.cfg.Logger.ErrorContext(ctx, "approval: cannot create the notification group; retrying", "group", group, "error", err)
+// ensureGroups creates every queue's consumer group that does not exist, at
+// the audit stream's end, retrying while Redis cannot be reached, until ctx
+// ends. Run calls it before it takes a call in or answers one: an event
+// appended before its queue's group was created would lie behind the
+// group's start and never be delivered. (A new queue starts with the
+// events after it was created: a webhook endpoint added later is not sent
+// the history.)
+func (s *Service) ensureGroups(ctx context.Context) error {
+	waits := retry.Policy{Initial: 100 * time.Millisecond, Max: 5 * time.Second}.Waits()
+	for _, q := range s.cfg.queues() {
+		for {
+			err := s.createGroup(ctx, q.group, "$")
+			if err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				return fmt.Errorf("approval: notification group %s: %w", q.group, err)
+			}
+			s.cfg.Logger.WarnContext(ctx, "approval: cannot create the notification group; retrying", "group", q.group, "error", err)
+			retry.Sleep(ctx, waits.Next())
+		}
 	}
+	return nil
+}
+
+// createGroup creates a queue's consumer group, starting after entry id
+// start ("$": the stream's end; "0": its beginning), unless it exists; it
+// creates the stream if need be.
+func (s *Service) createGroup(ctx context.Context, group, start string) error {
+	err := s.cfg.Redis.XGroupCreateMkStream(ctx, s.store.auditKey(), group, start).Err()
+	if err != nil && !redis.HasErrorPrefix(err, "BUSYGROUP") {
+		return err
+	}
+	return nil
 }
 
 // deliverEvent hands one entry to q, renewing this replica's claim on it

@@ -327,6 +327,11 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("approval: %w", err)
 	}
 	s.payloads.Store(payload.New(obs, s.cfg.Conn))
+	// The notification queues exist before any event is appended (a call
+	// held, canceled, expired or released).
+	if err := s.ensureGroups(ctx); err != nil {
+		return err
+	}
 	cons, err := s.js.CreateOrUpdateConsumer(ctx, layout.ApprovalsStream, jetstream.ConsumerConfig{
 		Durable: ConsumerName, FilterSubject: layout.ApprovalSubjects, AckPolicy: jetstream.AckExplicitPolicy,
 		AckWait: 10 * time.Second, MaxDeliver: -1, Description: "Windlass approval service",
