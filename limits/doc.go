@@ -75,7 +75,9 @@
 // token is charged before it is used, and every one charged is handed
 // out or lapses — with two prices: a dispatcher whose key's calls stop
 // loses its lease's tokens, and calls may start up to 20 ms after their
-// token was charged. Any other rate is asked on every call. A lease
+// token was charged. Any other rate is asked on every call it admits; its
+// refusals are kept the same way, so a key flooding a slow rate costs
+// Redis an ask per token that comes, not one per call. A lease
 // unasked for a minute is forgotten (checked at most once a minute), so a
 // dispatcher that serves many keys in turn holds leases only for those
 // that called lately.

@@ -209,20 +209,15 @@ func (e *Enforcer) Admit(ctx context.Context, tool, key, callID string, lapse ti
 // A rate whose lease would hold two tokens or more (a quarter of its
 // burst and 20 ms of it, see leaseSize) is charged in leases (see
 // rateLease): tokens taken from Redis a few at a time and handed out by
-// this enforcer.
+// this enforcer. Any other is asked on every call it admits. Either way a
+// refusal is kept until Redis says the next token comes: a key that floods
+// costs Redis an ask a token, not one a call.
 func (e *Enforcer) Charge(ctx context.Context, tool, key string, r Rate) (Decision, error) {
+	e.sweepLeases(time.Now())
 	if size := leaseSize(r); size > 1 {
-		e.sweepLeases(time.Now())
 		return e.charge(ctx, leaseKey{tool, key, r}, size)
 	}
-	res, err := e.rates.Allow(ctx, e.keyRate(tool, key), redisLimit(r))
-	if err != nil {
-		return Decision{}, fmt.Errorf("limits: rate of key %q for %q: %w", key, tool, err)
-	}
-	if res.Allowed == 0 {
-		return Decision{Reason: ReasonRate, RetryAfter: res.RetryAfter}, nil
-	}
-	return Decision{Allowed: true}, nil
+	return e.chargeEach(ctx, leaseKey{tool, key, r})
 }
 
 // Take records a slot for a call its dispatcher admitted without asking

@@ -25,6 +25,7 @@ import (
 // A refusal is kept too: Redis says when its next token comes, and no
 // dispatcher can have one before, so until then this one refuses its
 // calls without asking — a key that floods costs Redis one ask per token.
+// (A rate too small for leases keeps its refusals in one: chargeEach.)
 //
 // A lease is sized by the calls this dispatcher admitted in the last
 // leaseLife, or by the calls waiting for it if more, and is at most
@@ -173,6 +174,37 @@ func (e *Enforcer) charge(ctx context.Context, k leaseKey, size int) (Decision, 
 		l.mu.Unlock()
 		return Decision{Allowed: true}, nil
 	}
+}
+
+// chargeEach admits one call under k's rate by asking Redis, unless a
+// refusal Redis gave lately says no token exists yet: the charge of a rate
+// too small for leases. Its lease holds only that refusal; the calls that
+// ask at once ask Redis each (none waits for another's answer).
+func (e *Enforcer) chargeEach(ctx context.Context, k leaseKey) (Decision, error) {
+	l := e.leaseOf(k)
+	l.mu.Lock()
+	now := time.Now()
+	l.used = now
+	refused := l.refused
+	l.mu.Unlock()
+	if now.Before(refused) {
+		return Decision{Reason: ReasonRate, RetryAfter: refused.Sub(now)}, nil
+	}
+	res, err := e.rates.Allow(ctx, e.keyRate(k.tool, k.key), redisLimit(k.rate))
+	if err != nil {
+		return Decision{}, fmt.Errorf("limits: rate of key %q for %q: %w", k.key, k.tool, err)
+	}
+	if res.Allowed == 0 {
+		// A lease a sweep has just forgotten keeps this refusal for
+		// nobody: the next call asks Redis again, as it would have.
+		l.mu.Lock()
+		if until := time.Now().Add(res.RetryAfter); until.After(l.refused) {
+			l.refused = until
+		}
+		l.mu.Unlock()
+		return Decision{Reason: ReasonRate, RetryAfter: res.RetryAfter}, nil
+	}
+	return Decision{Allowed: true}, nil
 }
 
 // lease charges want tokens of r at once, or, when fewer are left, one.
