@@ -288,6 +288,10 @@ func (s *Service) validateEdit(ctx context.Context, tool string, edited json.Raw
 }
 
 func (s *Service) decide(ctx context.Context, id string, d decision) (*HeldCall, error) {
+	// The decision's event goes to the queues: their groups first.
+	if err := s.ensureGroups(ctx); err != nil {
+		return nil, err
+	}
 	// A cancellation recorded before this decision wins, even when the
 	// follower of the cancels stream has not applied it yet.
 	s.cancelIfRecorded(ctx, id)

@@ -125,12 +125,15 @@
 // # Notifications
 //
 // Config.Notify and each endpoint of Config.Webhooks have a queue of their
-// own: a consumer group on the audit stream, created at the stream's end
-// the first time a replica starts with it, before the replica takes a call
-// in (a new endpoint is sent the events from then on, not the history), so
-// one slow endpoint holds back no other. A group Redis lost (restarted
-// empty) is created again at the stream's beginning: every entry there
-// came after the loss. Every replica reads each queue as a consumer of its own
+// own: a consumer group on the audit stream, so one slow endpoint holds
+// back no other. A replica creates the groups before it appends any event
+// (before it takes a call in, and before a decision), and records the
+// queues beside the stream: a queue new to a deployment starts at the
+// stream's end (a new endpoint is sent the events from then on, not the
+// history); a group Redis lost (restarted empty, with the record) starts
+// at the stream's beginning, since every entry there came after the loss.
+// A deployment from before the record counts as one that lost it: an
+// endpoint added at that upgrade is sent the retained history once. Every replica reads each queue as a consumer of its own
 // (Config.Replica), one entry at a time, and acknowledges an entry only
 // after the delivery succeeded (or the sender gave up on it): so each event
 // is delivered by one replica while all live. While it delivers, a replica

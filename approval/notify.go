@@ -63,7 +63,7 @@ const notifyBatch = 1
 // Config.ClaimAfter (it died mid-delivery) is claimed by another, which
 // delivers it again.
 //
-// The queue's group exists before the loop starts: [Service.ensureGroups].
+// The queue's group exists before the loop starts: see ensureGroups.
 func (s *Service) notifyLoop(ctx context.Context, q queue) {
 	waits := retry.Policy{Initial: 100 * time.Millisecond, Max: 5 * time.Second}.Waits()
 	own := true // read this consumer's own pending entries first
@@ -94,8 +94,8 @@ func (s *Service) notifyLoop(ctx context.Context, q queue) {
 					// The group went with Redis's data (restarted empty,
 					// flushed): every entry the stream holds now came
 					// after and none was delivered, so the new group
-					// starts at the stream's beginning.
-					if err := s.createGroup(ctx, q.group, "0"); err != nil && ctx.Err() == nil {
+					// starts at the stream's beginning (groupsScript).
+					if err := s.createGroups(ctx, q.group); err != nil && ctx.Err() == nil {
 						s.cfg.Logger.ErrorContext(ctx, "approval: cannot create the notification group; retrying", "group", q.group, "error", err)
 					}
 				}
@@ -116,40 +116,80 @@ func (s *Service) notifyLoop(ctx context.Context, q queue) {
 	}
 }
 
-// ensureGroups creates every queue's consumer group that does not exist, at
-// the audit stream's end, retrying while Redis cannot be reached, until ctx
-// ends. Run calls it before it takes a call in or answers one: an event
-// appended before its queue's group was created would lie behind the
-// group's start and never be delivered. (A new queue starts with the
-// events after it was created: a webhook endpoint added later is not sent
-// the history.)
+// ensureGroups creates every queue's consumer group that does not exist,
+// retrying while Redis cannot be reached, until ctx ends, and records the
+// queues (groupsScript). It runs before the first event this service
+// appends: before Run takes a call in, and before a decision (a service
+// that serves its API before Run got this far, or that never runs). An
+// event appended before its queue's group was created would lie behind
+// the group's start and never be delivered.
 func (s *Service) ensureGroups(ctx context.Context) error {
-	waits := retry.Policy{Initial: 100 * time.Millisecond, Max: 5 * time.Second}.Waits()
-	for _, q := range s.cfg.queues() {
-		for {
-			err := s.createGroup(ctx, q.group, "$")
-			if err == nil {
-				break
-			}
-			if ctx.Err() != nil {
-				return fmt.Errorf("approval: notification group %s: %w", q.group, err)
-			}
-			s.cfg.Logger.WarnContext(ctx, "approval: cannot create the notification group; retrying", "group", q.group, "error", err)
-			retry.Sleep(ctx, waits.Next())
-		}
+	if s.groupsMade.Load() {
+		return nil
 	}
-	return nil
+	select {
+	case s.groupsTurn <- struct{}{}:
+		defer func() { <-s.groupsTurn }()
+	case <-ctx.Done():
+		return fmt.Errorf("approval: notification groups: %w", ctx.Err())
+	}
+	if s.groupsMade.Load() {
+		return nil
+	}
+	var groups []string
+	for _, q := range s.cfg.queues() {
+		groups = append(groups, q.group)
+	}
+	waits := retry.Policy{Initial: 100 * time.Millisecond, Max: 5 * time.Second}.Waits()
+	for {
+		err := s.createGroups(ctx, groups...)
+		if err == nil {
+			s.groupsMade.Store(true)
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("approval: notification groups: %w", err)
+		}
+		s.cfg.Logger.WarnContext(ctx, "approval: cannot create the notification groups; retrying", "groups", groups, "error", err)
+		retry.Sleep(ctx, waits.Next())
+	}
 }
 
-// createGroup creates a queue's consumer group, starting after entry id
-// start ("$": the stream's end; "0": its beginning), unless it exists; it
-// creates the stream if need be.
-func (s *Service) createGroup(ctx context.Context, group, start string) error {
-	err := s.cfg.Redis.XGroupCreateMkStream(ctx, s.store.auditKey(), group, start).Err()
-	if err != nil && !redis.HasErrorPrefix(err, "BUSYGROUP") {
-		return err
+// groupsScript creates the audit stream's consumer groups that do not
+// exist and records every queue in a hash beside the stream (its "*" field
+// says the stream's queues are recorded). A group is created at the
+// stream's end ("$") only when the record is there and does not name it:
+// a queue new to a deployment starts with the events after it, not the
+// history. Any other missing group was lost with Redis's data (restarted
+// empty, failed over to a replica without it) or is the first ever, and
+// starts at the stream's beginning: every entry there came after the loss,
+// or there are none. (A deployment from before the record is taken for one
+// that lost it: a queue added at that very upgrade is sent the history.)
+// KEYS: stream, record. ARGV: the groups.
+var groupsScript = redis.NewScript(`
+local recorded = redis.call('EXISTS', KEYS[2]) == 1
+for i = 1, #ARGV do
+  local start = '0'
+  if recorded and redis.call('HEXISTS', KEYS[2], ARGV[i]) == 0 then start = '$' end
+  local r = redis.pcall('XGROUP', 'CREATE', KEYS[1], ARGV[i], start, 'MKSTREAM')
+  if type(r) == 'table' and r.err and string.sub(r.err, 1, 9) ~= 'BUSYGROUP' then return r end
+  redis.call('HSET', KEYS[2], ARGV[i], '1')
+end
+redis.call('HSET', KEYS[2], '*', '1')
+return 1
+`)
+
+// createGroups runs groupsScript for groups.
+func (s *Service) createGroups(ctx context.Context, groups ...string) error {
+	return groupsScript.Run(ctx, s.cfg.Redis, []string{s.store.auditKey(), s.store.queuesKey()}, toArgs(groups)...).Err()
+}
+
+func toArgs(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, v := range ss {
+		out[i] = v
 	}
-	return nil
+	return out
 }
 
 // deliverEvent hands one entry to q, renewing this replica's claim on it

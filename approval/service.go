@@ -165,6 +165,9 @@ type Service struct {
 	metrics  *telemetry.ApprovalMetrics // nil: metrics off
 	rates    *redis_rate.Limiter        // the reviewers' decision rates
 	slots    *limits.Enforcer           // frees the admission slots of the calls it answers
+
+	groupsMade atomic.Bool   // every queue's group exists (ensureGroups)
+	groupsTurn chan struct{} // one ensureGroups at a time
 }
 
 // withDefaults returns c with every zero field set to its default: the one
@@ -282,7 +285,7 @@ func New(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("approval: jetstream: %w", err)
 	}
-	return &Service{cfg: cfg, store: &store{rc: cfg.Redis, prefix: cfg.Prefix, retention: cfg.Retention, replicaAcks: cfg.ReplicaAcks}, js: js, auth: auth,
+	return &Service{groupsTurn: make(chan struct{}, 1), cfg: cfg, store: &store{rc: cfg.Redis, prefix: cfg.Prefix, retention: cfg.Retention, replicaAcks: cfg.ReplicaAcks}, js: js, auth: auth,
 		tracer: telemetry.NewTracer(cfg.TracerProvider), metrics: telemetry.NewApprovalMetrics(cfg.MeterProvider),
 		rates: redis_rate.NewLimiter(cfg.Redis), slots: cfg.Registry.Limits()}, nil
 }

@@ -129,6 +129,7 @@ func (s *store) statusKey(st Status) string { return s.prefix + index + "status:
 func (s *store) pendingKey() string         { return s.prefix + index + "pending" }
 func (s *store) auditKey() string           { return s.prefix + index + "audit" }
 func (s *store) unreleasedKey() string      { return s.prefix + index + "unreleased" }
+func (s *store) queuesKey() string          { return s.prefix + index + "queues" } // the audit stream's notification queues
 func (s *store) webhooksKey() string        { return s.prefix + "webhooks" }
 
 // rateKey is a reviewer's decision rate; redis_rate puts "rate:" before it.
