@@ -13,16 +13,17 @@ import (
 )
 
 // follow mirrors the dispatcher's catalog into the MCP server at every
-// change of the fleet's tools, until Close.
-func (h *Handler) follow() {
+// change of the fleet's tools, until Close; changed is the dispatcher's
+// Changed channel taken before the catalog was last read.
+func (h *Handler) follow(changed <-chan struct{}) {
 	defer close(h.followDone)
 	for {
-		changed := h.d.Changed() // before reading, so no change is missed
 		select {
 		case <-changed:
 		case <-h.base.Done():
 			return
 		}
+		changed = h.d.Changed() // before reading, so no change is missed
 		if err := h.sync(context.Background()); err != nil {
 			if errors.Is(err, dispatcher.ErrClosed) {
 				<-h.base.Done()

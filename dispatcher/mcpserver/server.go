@@ -141,6 +141,7 @@ func New(ctx context.Context, cfg Config) (*Handler, error) {
 		// idleness is tracked (see sessions.go).
 		GetSessionID: h.newSession,
 	})
+	changed := h.d.Changed() // before the first read, so no change is missed
 	if err := h.sync(ctx); err != nil {
 		h.stopAll()
 		return nil, fmt.Errorf("mcpserver: %w", err)
@@ -152,7 +153,7 @@ func New(ctx context.Context, cfg Config) (*Handler, error) {
 	// limit for arguments by reference, with room for the rest.
 	h.http = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return h.server },
 		&mcp.StreamableHTTPOptions{Logger: cfg.Logger, MaxRequestBodyBytes: cfg.Dispatcher.PayloadLimit() + requestEnvelope})
-	go h.follow()
+	go h.follow(changed)
 	return h, nil
 }
 
