@@ -235,14 +235,17 @@ func (d *Dispatcher) admit(ctx context.Context, p *prepared) error {
 		return nil
 	}
 	lapse := p.call.Deadline.Add(slotGrace)
-	if !p.ownID && claimRoom(keyCount, l.MaxInFlight, toolCount, toolMax, now) {
+	if !p.ownID && !p.opts.detached && claimRoom(keyCount, l.MaxInFlight, toolCount, toolMax, now) {
 		// Far from both caps as last seen, and its room claimed: its slot
 		// is recorded behind it (queued before it is published, so before
 		// its result can free it, and before any later ask of this
 		// dispatcher), and only its rate, if any, is asked. Only for a
 		// random id: one the caller chose may be a resubmit, whose slot
-		// is its first submit's.
-		slot, ok := a.enforcer.Take(tool, key, p.call.ID, lapse, !p.opts.detached, func(t limits.Taken) {
+		// is its first submit's. And only for a call this dispatcher
+		// frees itself: a submitted call's slot is freed by whoever
+		// stores its answer, which may come before a queued record is
+		// written, so its slot is written before it is published.
+		slot, ok := a.enforcer.Take(tool, key, p.call.ID, lapse, true, func(t limits.Taken) {
 			at := time.Now()
 			switch {
 			case t.Undone: // its call ended first: settled at its free

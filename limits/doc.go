@@ -49,7 +49,9 @@
 // dispatcher asks only when it must. Every answer Redis gives carries the
 // caps' counts; while the count a dispatcher last saw (under a second
 // old), plus the calls it admitted since, is within a quarter of a cap,
-// it admits a call with a random id without asking about the caps, and
+// it admits a call with a random id that it waits for itself (Call, not
+// Submit: a submitted call's slot is freed by whoever stores its answer,
+// which must find it written) without asking about the caps, and
 // records its slot behind it ([Enforcer.Take]: queued to Redis before the
 // call is published, so before its result can free it). From a quarter
 // of the cap on, and for every call with an id its caller chose, it asks
