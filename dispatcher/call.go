@@ -341,6 +341,13 @@ func (d *Dispatcher) publish(ctx context.Context, p *prepared) (duplicate bool, 
 	}
 	queuedAt := time.Now() // before any worker can take the call
 	ack, retried, err := d.publishDurably(pubCtx, &p.msg)
+	if errors.Is(err, errUnconfirmed) {
+		// It may be queued: its slot is kept (it lapses after the call's
+		// deadline) and so is the upload its arguments point at.
+		return false, unconfirmedCall{&windlass.CallError{Code: windlass.CodeUnavailable, Message: fmt.Sprintf(
+			"The fleet did not confirm that it accepted call %q to %q (%v): it may be queued and may run. Ask for its status, or submit it again with this call id: the same id is the same call, run once.",
+			p.call.ID, p.call.Name, err)}}
+	}
 	if err != nil || ack.Duplicate && !retried {
 		// Not stored, or the call stored under this id is another submit's,
 		// which took its own slot or none.
@@ -448,26 +455,62 @@ const publishAttempt = 2 * time.Second
 
 // publishDurably publishes m to its stream, trying again with backoff until
 // the stream acknowledges it or ctx ends. retried reports that more than one
-// attempt was made.
+// attempt was made. An error wraps errUnconfirmed when an attempt may have
+// stored m although no acknowledgement came (it timed out, or the
+// connection or ctx ended while it waited).
 func (d *Dispatcher) publishDurably(ctx context.Context, m *nats.Msg) (ack *jetstream.PubAck, retried bool, err error) {
-	attempts := 0
+	attempts, unconfirmed := 0, false
 	ack, err = retry.Value(ctx, retry.Policy{Initial: 50 * time.Millisecond, Max: time.Second, PerAttempt: publishAttempt}, func(attemptCtx context.Context) (*jetstream.PubAck, error) {
 		if attempts++; attempts > 1 {
 			d.cfg.Logger.DebugContext(ctx, "dispatcher: publish not acknowledged; trying again", "subject", m.Subject, "attempt", attempts)
 		}
+		if d.cfg.Conn.IsClosed() {
+			return nil, retry.Permanent(nats.ErrConnectionClosed) // not sent
+		}
 		ack, err := d.js.PublishMsg(attemptCtx, m)
+		if err == nil {
+			return ack, nil
+		}
 		if layout.IsCallsFull(err) {
 			// Refused, not lost: nothing was stored, and asking again at
 			// once only adds to the load that filled the stream.
 			return nil, retry.Permanent(fmt.Errorf("%w: %w", errQueueFull, err))
 		}
-		if err != nil && (ctx.Err() != nil || errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrMaxPayload)) {
+		if !notStored(err) {
+			unconfirmed = true
+		}
+		if ctx.Err() != nil || errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrMaxPayload) {
 			return nil, retry.Permanent(err) // the caller gave up, or the same message never goes
 		}
-		return ack, err
+		return nil, err
 	})
+	if err != nil && unconfirmed {
+		err = fmt.Errorf("%w: %w", errUnconfirmed, err)
+	}
 	return ack, attempts > 1, err
 }
+
+// notStored reports that a failed publish certainly stored nothing: the
+// client refused to send it, no stream was there to take it, or the
+// stream answered with an error.
+func notStored(err error) bool {
+	var api *jetstream.APIError
+	return errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, jetstream.ErrNoStreamResponse) || errors.As(err, &api)
+}
+
+// unconfirmedCall is publish's unavailable for a call that may be queued
+// (see errUnconfirmed): Call's result and Submit give its id.
+type unconfirmedCall struct{ *windlass.CallError }
+
+func (u unconfirmedCall) Unwrap() error { return u.CallError }
+
+// Is makes it an [ErrUnavailable]: the call may exist; ask again.
+func (u unconfirmedCall) Is(target error) bool { return target == ErrUnavailable }
+
+// errUnconfirmed marks a publish that failed after it may have been
+// stored: the call may be queued, and may run.
+var errUnconfirmed = errors.New("dispatcher: the publish was not confirmed")
 
 // errQueueFull marks a publish the NATS server refused because the calls
 // stream is at its bound (see layout.IsCallsFull).
@@ -492,7 +535,10 @@ func (d *Dispatcher) overloaded(p *prepared) *windlass.CallError {
 // payload_too_large), a timeout, a publish failure (unavailable) — is
 // returned as the result; err is non-nil only with a result that is an
 // error too, when the dispatcher itself failed (closed, unavailable) or ctx
-// ended, so a caller may simply use the result.
+// ended, so a caller may simply use the result. An unavailable result
+// that carries a CallID is about a call that may exist: its publish was
+// not confirmed, or its deadline passed with its result unreadable; ask
+// for that id's status or result later, or call again with [WithCallID].
 //
 // args is a JSON object: a json.RawMessage, []byte or string of JSON, or any
 // value encoding to an object.
@@ -536,7 +582,11 @@ func (d *Dispatcher) call(ctx context.Context, p *prepared) (windlass.ToolResult
 	defer d.pending.CompareAndDelete(p.call.ID, ch)
 	duplicate, err := d.publish(waitCtx, p)
 	if err != nil {
-		return refusal(name, err)
+		r, err := refusal(name, err)
+		if errors.As(err, new(unconfirmedCall)) {
+			r.CallID = p.call.ID // it may be queued: the caller may ask about it
+		}
+		return r, err
 	}
 	if duplicate {
 		// Submitted before, maybe from another instance: its result may go
@@ -563,6 +613,9 @@ func (d *Dispatcher) call(ctx context.Context, p *prepared) (windlass.ToolResult
 
 // timedOut is the result of a call whose wait ended without a result. The
 // stream is checked once more: the result may have raced the deadline.
+// Only a stream that says it has no result makes it a timeout: one that
+// cannot be read (the connection lost, a leader election) may hold the
+// tool's answer, so the caller is told unavailable, to ask again.
 func (d *Dispatcher) timedOut(ctx context.Context, call windlass.ToolCall) (windlass.ToolResult, error) {
 	if ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		r := windlass.ErrorResult(call, windlass.CodeCanceled, fmt.Sprintf("The call to %q was abandoned by its caller.", call.Name))
@@ -576,8 +629,12 @@ func (d *Dispatcher) timedOut(ctx context.Context, call windlass.ToolCall) (wind
 		return r, nil
 	case errors.Is(err, ErrUnavailable):
 		return unfetched(call, err), err // it has a result: not a timeout
+	case errors.Is(err, ErrNoResult):
+		return windlass.ErrorResult(call, windlass.CodeTimeout, fmt.Sprintf("Tool %q timed out: no result before the call's deadline (%s).", call.Name, call.Deadline.Format(time.RFC3339Nano))), nil
 	}
-	return windlass.ErrorResult(call, windlass.CodeTimeout, fmt.Sprintf("Tool %q timed out: no result before the call's deadline (%s).", call.Name, call.Deadline.Format(time.RFC3339Nano))), nil
+	r = windlass.ErrorResult(call, windlass.CodeUnavailable, fmt.Sprintf(
+		"The deadline of the call to %q passed and whether the tool answered could not be read; ask for call %q again later: %v", call.Name, call.ID, err))
+	return r, fmt.Errorf("%w: the deadline of call %q passed and whether it was answered could not be read: %w", ErrUnavailable, call.ID, err)
 }
 
 // unfetched is the result of a call whose result exists but could not be
@@ -607,7 +664,12 @@ func refusal(name string, err error) (windlass.ToolResult, error) {
 // long-running tools. Fetch the result with [Dispatcher.Wait] or
 // [Dispatcher.Result] on any dispatcher instance. A refusal is a
 // *windlass.CallError carrying the result code (unknown_tool, no_worker,
-// invalid_arguments, payload_too_large, unavailable).
+// invalid_arguments, payload_too_large, unavailable). When the fleet may
+// have taken the call but did not confirm it (the connection was lost
+// while the publish waited for its acknowledgement), Submit returns the
+// call's id with the unavailable error: the call may be queued; ask for
+// its [Dispatcher.Status], or submit again with [WithCallID] and this id
+// (the same id is the same call).
 func (d *Dispatcher) Submit(ctx context.Context, name string, args any, opts ...CallOption) (string, error) {
 	p, err := d.prepare(ctx, name, args, append(opts[:len(opts):len(opts)], detached))
 	if err != nil {
@@ -617,6 +679,9 @@ func (d *Dispatcher) Submit(ctx context.Context, name string, args any, opts ...
 	}
 	d.count(ctx, p) // until its result reaches this instance, whoever reads it
 	if _, err := d.publish(ctx, p); err != nil {
+		if errors.As(err, new(unconfirmedCall)) {
+			return p.call.ID, err
+		}
 		return "", err
 	}
 	return p.call.ID, nil

@@ -90,7 +90,11 @@ type CallStatus struct {
 // [Dispatcher.Cancel] when the fleet's streams (or the approval service)
 // cannot be read: the call may well exist, and asking again later may
 // answer. It is never the answer for a call known not to exist, which is
-// [StateUnknown] or [ErrUnknownCall].
+// [StateUnknown] or [ErrUnknownCall]. [Dispatcher.Call] and
+// [Dispatcher.Submit] return it for a call that may exist but could not be
+// confirmed: a publish whose acknowledgement was lost, a deadline that
+// passed with the results unreadable (or a result that could not be
+// fetched).
 var ErrUnavailable = errors.New("dispatcher: unavailable, try again")
 
 // Status reports a call's latest known state, from any dispatcher
