@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/dispatcher"
@@ -266,14 +267,64 @@ func (ff *faultFleet) dispatcher() (*dispatcher.Dispatcher, *answerCounter) {
 func (ff *faultFleet) waitQueueEmpty(within time.Duration) {
 	ff.t.Helper()
 	js := ff.fleet.JetStream()
-	fleettest.WaitFor(ff.t, within, "the work queue emptied", func() bool {
+	var left uint64
+	empty := func() bool {
 		s, err := js.Stream(ff.t.Context(), layout.CallsStream)
 		if err != nil {
 			return false
 		}
 		info, err := s.Info(ff.t.Context())
+		if err == nil {
+			left = info.State.Msgs
+		}
 		return err == nil && info.State.Msgs == 0
-	})
+	}
+	for deadline := time.Now().Add(within); !empty(); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			ff.t.Fatalf("the work queue did not empty within %s: %d calls left\n%s", within, left, ff.queueLeft(js))
+		}
+	}
+}
+
+// queueLeft says what is left in the calls stream and where its consumers
+// stand: which call, on which subject, stored when, and each consumer's
+// ack floor and pending counts — what tells a message a consumer will
+// still deliver from one it has passed.
+func (ff *faultFleet) queueLeft(js jetstream.JetStream) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, layout.CallsStream)
+	if err != nil {
+		return err.Error()
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && seq < info.State.FirstSeq+20; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if err != nil {
+			continue // deleted: a work queue's interior gap
+		}
+		var call windlass.ToolCall
+		_ = json.Unmarshal(m.Data, &call)
+		fmt.Fprintf(&b, "  seq %d %s call %s attempt %d stored %s (%s ago)\n", seq, m.Subject, call.ID, call.Attempt, m.Time.Format(time.RFC3339Nano), time.Since(m.Time).Round(time.Millisecond))
+	}
+	names := s.ConsumerNames(ctx)
+	for name := range names.Name() {
+		c, err := s.Consumer(ctx, name)
+		if err != nil {
+			continue
+		}
+		ci, err := c.Info(ctx)
+		if err != nil {
+			continue
+		}
+		fmt.Fprintf(&b, "  consumer %s: ack floor %d, delivered %d, pending %d, ack pending %d, redelivered %d\n",
+			name, ci.AckFloor.Stream, ci.Delivered.Stream, ci.NumPending, ci.NumAckPending, ci.NumRedelivered)
+	}
+	return b.String()
 }
 
 // answerCounter counts the answers published to a dispatcher, by call id.
