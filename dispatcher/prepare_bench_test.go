@@ -8,8 +8,10 @@ import (
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/dispatcher"
 	"github.com/windlass-dev/windlass/internal/bench"
+	"github.com/windlass-dev/windlass/internal/fleettest"
 	"github.com/windlass-dev/windlass/internal/testserver"
 	"github.com/windlass-dev/windlass/registry"
+	"github.com/windlass-dev/windlass/worker"
 )
 
 // BenchmarkPrepare measures, through the export_test.go hook, the dispatcher's own work per call before the
@@ -70,5 +72,32 @@ func BenchmarkPrepare(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkSubmit measures Submit, one call after another, with the
+// default admission limits on: the call prepared, its slot written to
+// Redis (a submitted call's slot is freed by its worker, so it is asked
+// for, not taken behind the publish) and the call published and
+// acknowledged. A worker answers the calls meanwhile, freeing their slots.
+//
+//	go test -run '^$' -bench Submit -benchmem ./dispatcher/
+func BenchmarkSubmit(b *testing.B) {
+	f := fleettest.New(b)
+	tools := bench.Tools()
+	f.StartWorker(worker.Config{}, tools...)
+	d := f.Dispatcher(dispatcher.Config{})
+	var names []string
+	for _, t := range tools {
+		names = append(names, t.Spec().Name)
+	}
+	fleettest.WaitCatalog(b, d, names...)
+	args := bench.Arguments(bench.NoopTool, 128, 0)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := d.Submit(ctx, bench.NoopTool, args); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
