@@ -95,7 +95,7 @@ func (s *Service) notifyLoop(ctx context.Context, q queue) {
 					// flushed): every entry the stream holds now came
 					// after and none was delivered, so the new group
 					// starts at the stream's beginning (groupsScript).
-					if err := s.createGroups(ctx, q.group); err != nil && ctx.Err() == nil {
+					if err := s.recreateGroup(ctx, q.group); err != nil && ctx.Err() == nil {
 						s.cfg.Logger.ErrorContext(ctx, "approval: cannot create the notification group; retrying", "group", q.group, "error", err)
 					}
 				}
@@ -157,18 +157,21 @@ func (s *Service) ensureGroups(ctx context.Context) error {
 
 // groupsScript creates the audit stream's consumer groups that do not
 // exist and records every queue in a hash beside the stream (its "*" field
-// says the stream's queues are recorded). A group is created at the
-// stream's end ("$") only when the record is there and does not name it:
-// a queue new to a deployment starts with the events after it, not the
-// history. Any other missing group was lost with Redis's data (restarted
-// empty, failed over to a replica without it) or is the first ever, and
-// starts at the stream's beginning: every entry there came after the loss,
-// or there are none. (A deployment from before the record is taken for one
-// that lost it: a queue added at that very upgrade is sent the history.)
-// KEYS: stream, record. ARGV: the groups.
+// says the stream's queues are recorded). At a start (ARGV[1] "start") a
+// group is created at the stream's end ("$") only when the record is there
+// and does not name it: a queue new to a deployment starts with the events
+// after it, not the history. Any other missing group was lost with Redis's
+// data (restarted empty, failed over to a replica without it) or is the
+// first ever, and starts at the stream's beginning: every entry there came
+// after the loss, or there are none. A group a reader found gone (ARGV[1]
+// "lost") starts at the beginning whatever the record says: another
+// queue's recovery may have written the record since the loss. (A
+// deployment from before the record is taken for one that lost it: a
+// queue added at that very upgrade is sent the history.)
+// KEYS: stream, record. ARGV: "start" or "lost", then the groups.
 var groupsScript = redis.NewScript(`
-local recorded = redis.call('EXISTS', KEYS[2]) == 1
-for i = 1, #ARGV do
+local recorded = ARGV[1] == 'start' and redis.call('HEXISTS', KEYS[2], '*') == 1
+for i = 2, #ARGV do
   local start = '0'
   if recorded and redis.call('HEXISTS', KEYS[2], ARGV[i]) == 0 then start = '$' end
   local r = redis.pcall('XGROUP', 'CREATE', KEYS[1], ARGV[i], start, 'MKSTREAM')
@@ -179,17 +182,23 @@ redis.call('HSET', KEYS[2], '*', '1')
 return 1
 `)
 
-// createGroups runs groupsScript for groups.
+// createGroups runs groupsScript for groups at a start (ensureGroups).
 func (s *Service) createGroups(ctx context.Context, groups ...string) error {
-	return groupsScript.Run(ctx, s.cfg.Redis, []string{s.store.auditKey(), s.store.queuesKey()}, toArgs(groups)...).Err()
+	return s.runGroups(ctx, "start", groups)
 }
 
-func toArgs(ss []string) []any {
-	out := make([]any, len(ss))
-	for i, v := range ss {
-		out[i] = v
+// recreateGroup runs groupsScript for a group its reader found gone.
+func (s *Service) recreateGroup(ctx context.Context, group string) error {
+	return s.runGroups(ctx, "lost", []string{group})
+}
+
+func (s *Service) runGroups(ctx context.Context, mode string, groups []string) error {
+	args := make([]any, 0, 1+len(groups))
+	args = append(args, mode)
+	for _, g := range groups {
+		args = append(args, g)
 	}
-	return out
+	return groupsScript.Run(ctx, s.cfg.Redis, []string{s.store.auditKey(), s.store.queuesKey()}, args...).Err()
 }
 
 // deliverEvent hands one entry to q, renewing this replica's claim on it

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/windlass-dev/windlass/approval"
+	"github.com/windlass-dev/windlass/internal/fleettest"
 )
 
 // holdBack is a go-redis hook that holds back the commands hold picks
@@ -204,9 +205,10 @@ func TestEventBeforeAnotherReplicaRecreatesTheGroupIsNotified(t *testing.T) {
 	t.Cleanup(func() { cancel(); <-done })
 
 	// Diagnostics: where B put the group, against the entries.
-	for g := []redis.XInfoGroup(nil); len(g) == 0; g, _ = peek.XInfoGroups(t.Context(), audit).Result() {
-		time.Sleep(5 * time.Millisecond)
-	}
+	fleettest.WaitFor(t, 20*time.Second, "a group on the audit stream again", func() bool {
+		g, _ := peek.XInfoGroups(t.Context(), audit).Result()
+		return len(g) > 0
+	})
 	g, _ := peek.XInfoGroups(t.Context(), audit).Result()
 	entries, _ := peek.XRange(t.Context(), audit, "-", "+").Result()
 	for _, e := range entries {
