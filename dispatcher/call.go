@@ -467,6 +467,9 @@ func (d *Dispatcher) publishDurably(ctx context.Context, m *nats.Msg) (ack *jets
 		if d.cfg.Conn.IsClosed() {
 			return nil, retry.Permanent(nats.ErrConnectionClosed) // not sent
 		}
+		if err := attemptCtx.Err(); err != nil {
+			return nil, retry.Permanent(err) // not sent: nats.go sends nothing on a context that ended
+		}
 		ack, err := d.js.PublishMsg(attemptCtx, m)
 		if err == nil {
 			return ack, nil
@@ -492,12 +495,29 @@ func (d *Dispatcher) publishDurably(ctx context.Context, m *nats.Msg) (ack *jets
 
 // notStored reports that a failed publish certainly stored nothing: the
 // client refused to send it, no stream was there to take it, or the
-// stream answered with an error.
+// stream refused it. Two refusals of a replicated stream are not certain
+// (nats-server v2.15): "duplicate message id is in process" (another
+// publish of the id is being stored) and "store closed" (a leader that
+// stopped after its replicas took the message).
 func notStored(err error) bool {
 	var api *jetstream.APIError
+	if errors.As(err, &api) {
+		uncertain := api.ErrorCode == jsErrDuplicateInProcess ||
+			api.ErrorCode == jsErrStoreFailed && api.Description == jsStoreClosed
+		return !uncertain
+	}
 	return errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, nats.ErrNoResponders) ||
-		errors.Is(err, jetstream.ErrNoStreamResponse) || errors.As(err, &api)
+		errors.Is(err, jetstream.ErrNoStreamResponse)
 }
+
+// The NATS server's uncertain refusals (see notStored): its errors
+// JSStreamDuplicateMessageConflict, and JSStreamStoreFailedF with
+// ErrStoreClosed.
+const (
+	jsErrDuplicateInProcess jetstream.ErrorCode = 10158
+	jsErrStoreFailed        jetstream.ErrorCode = 10077
+	jsStoreClosed                               = "store is closed"
+)
 
 // unconfirmedCall is publish's unavailable for a call that may be queued
 // (see errUnconfirmed): Call's result and Submit give its id.

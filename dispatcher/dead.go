@@ -73,7 +73,9 @@ func readRecords[T any](ctx context.Context, s jetstream.Stream, filter string, 
 // new deadline (from opts, else the usual default). It is checked against
 // the tool's current spec like any call. Once the new call is accepted the
 // dead record is deleted, so a call is replayed once. It returns the new
-// call's id.
+// call's id; also with an [ErrUnavailable] error when the new call's
+// publish was not confirmed: it may be queued, and the dead record is
+// kept (ask for the new id's status before replaying again).
 func (d *Dispatcher) Replay(ctx context.Context, seq uint64, opts ...CallOption) (string, error) {
 	m, err := d.dead.GetMsg(ctx, seq)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -103,7 +105,9 @@ func (d *Dispatcher) Replay(ctx context.Context, seq uint64, opts ...CallOption)
 	})
 	id, err := d.Submit(ctx, dc.Call.Name, dc.Call.Arguments, opts...)
 	if err != nil {
-		return "", fmt.Errorf("dispatcher: replay %q: %w", dc.Call.ID, err)
+		// With an id: unconfirmed, the new call may be queued; the dead
+		// record is kept, and its id says whether the replay took.
+		return id, fmt.Errorf("dispatcher: replay %q: %w", dc.Call.ID, err)
 	}
 	if err := d.dead.DeleteMsg(ctx, seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
 		return id, fmt.Errorf("dispatcher: replayed %q as %q, but deleting its dead record failed: %w", dc.Call.ID, id, err)

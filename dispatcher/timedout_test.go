@@ -3,10 +3,7 @@ package dispatcher_test
 import (
 	"context"
 	"errors"
-	"net"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -67,41 +64,6 @@ type answered struct {
 	err error
 }
 
-// deafDialer dials real connections whose reads stop once deaf is set,
-// until the connection is closed: what the client would see were the
-// server's answers lost on the way, which a real server cannot be made to
-// do to one client.
-type deafDialer struct{ deaf atomic.Bool }
-
-func (d *deafDialer) Dial(network, address string) (net.Conn, error) {
-	c, err := net.Dial(network, address)
-	if err != nil {
-		return nil, err
-	}
-	return &deafConn{Conn: c, d: d, closed: make(chan struct{})}, nil
-}
-
-type deafConn struct {
-	net.Conn
-	d      *deafDialer
-	once   sync.Once
-	closed chan struct{}
-}
-
-func (c *deafConn) Read(b []byte) (int, error) {
-	n, err := c.Conn.Read(b)
-	if c.d.deaf.Load() { // what arrived since is lost
-		<-c.closed
-		return 0, net.ErrClosed
-	}
-	return n, err
-}
-
-func (c *deafConn) Close() error {
-	c.once.Do(func() { close(c.closed) })
-	return c.Conn.Close()
-}
-
 // TestAPublishWhoseAckIsLostIsNotARefusal: the call reaches the stream and
 // runs, but its publish's acknowledgement never reaches the dispatcher,
 // whose connection then closes. Call says unavailable and gives the call's
@@ -117,12 +79,12 @@ func TestAPublishWhoseAckIsLostIsNotARefusal(t *testing.T) {
 		close(started)
 		return "done", nil
 	}))
-	dialer := &deafDialer{}
+	dialer := &fleettest.DeafDialer{}
 	conn := f.NATS.Connect(t, nats.SetCustomDialer(dialer))
 	d := f.Dispatcher(dispatcher.Config{Conn: conn})
 	fleettest.WaitCatalog(t, d, "once")
 
-	dialer.deaf.Store(true) // from now on the dispatcher hears nothing
+	dialer.Deafen() // from now on the dispatcher hears nothing
 	got := make(chan answered, 1)
 	go func() {
 		r, err := d.Call(context.Background(), "once", struct{}{}, dispatcher.WithTimeout(time.Minute))

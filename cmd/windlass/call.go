@@ -134,6 +134,9 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if *async {
 		id, err := d.Submit(ctx, name, json.RawMessage(rawArgs), opts...)
 		if err != nil {
+			if id != "" {
+				fmt.Fprintln(stdout, id) // unconfirmed: the call may be queued under this id
+			}
 			var ce *windlass.CallError
 			errors.As(err, &ce)
 			return &exitError{code: 1, err: fmt.Errorf("submit %s: %w%s", name, err, retryHint(ce))}

@@ -103,6 +103,11 @@ func (h *Handler) createCall(w http.ResponseWriter, r *http.Request) {
 	}
 	id, err := h.cfg.Dispatcher.Submit(r.Context(), req.Tool, args, opts...)
 	if err != nil {
+		if id != "" {
+			// Unconfirmed: the call may be queued (the message says so).
+			// Its URL answers whether it is; a retry POSTs this id.
+			w.Header().Set("Location", callURL(id))
+		}
 		h.refused(w, r, req.Tool, err)
 		return
 	}

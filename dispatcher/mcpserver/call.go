@@ -143,7 +143,11 @@ func (h *Handler) call(ctx context.Context, req *mcp.CallToolRequest, t callTarg
 	if err != nil {
 		var ce *windlass.CallError
 		if errors.As(err, &ce) {
-			return withRetryAfter(errorResult("", ce.Code, ce.Message), ce), nil
+			known := "" // refused: there is no call
+			if errors.Is(err, dispatcher.ErrUnavailable) {
+				known = id // unconfirmed: the call may be queued; a retry with this id is the same call
+			}
+			return withRetryAfter(errorResult(known, ce.Code, ce.Message), ce), nil
 		}
 		return nil, fmt.Errorf("mcpserver: call %q: %w", t.name, err)
 	}

@@ -61,7 +61,11 @@ func TestStartupChangeIsNotMissed(t *testing.T) {
 		h, err := mcpserver.New(t.Context(), mcpserver.Config{Dispatcher: d, Logger: slog.New(ph)})
 		done <- built{h, err}
 	}()
-	<-ph.reached // New has read the catalog: add, weather, fail
+	select {
+	case <-ph.reached: // New has read the catalog: add, weather, fail
+	case b := <-done:
+		t.Fatalf("New returned (%v) without offering a tool", b.err)
+	}
 
 	// The fleet changes now: a worker with a new tool starts, and the
 	// dispatcher's view has it (its Changed channel was closed).
