@@ -245,7 +245,7 @@ func (d *Dispatcher) admit(ctx context.Context, p *prepared) error {
 		// frees itself: a submitted call's slot is freed by whoever
 		// stores its answer, which may come before a queued record is
 		// written, so its slot is written before it is published.
-		slot, ok := a.enforcer.Take(tool, key, p.call.ID, lapse, true, func(t limits.Taken) {
+		slot, ok := a.enforcer.Take(tool, key, p.call.ID, lapse, func(t limits.Taken) {
 			at := time.Now()
 			switch {
 			case t.Undone: // its call ended first: settled at its free

@@ -228,12 +228,15 @@ func (e *Enforcer) Charge(ctx context.Context, tool, key string, r Rate) (Decisi
 // goroutine that writes the records: it must not wait. ok is false when
 // too many records wait already: the call is not admitted this way.
 //
-// A slot only its taker frees (ownFree) waits up to 25 ms for its Free,
-// which then undoes it (see recorder); one that another process may free
-// ([Enforcer.FreeCall]) is written at once.
-func (e *Enforcer) Take(tool, key, callID string, lapse time.Time, ownFree bool, then func(Taken)) (slot *Slot, ok bool) {
+// The slot waits up to 25 ms for its Free, which then undoes it (see
+// recorder): only its taker may free it. A slot another process may free
+// ([Enforcer.FreeCall]: a call submitted without waiting for its answer)
+// is not taken this way but asked for ([Enforcer.Admit]), which writes it
+// before the call goes out: a free that reached Redis before a queued
+// take would leave the slot held until it lapsed.
+func (e *Enforcer) Take(tool, key, callID string, lapse time.Time, then func(Taken)) (slot *Slot, ok bool) {
 	slot = &Slot{tool: tool, key: key, callID: callID}
-	if !e.records.take(record{slot: slot, lapse: lapse, then: then}, !ownFree) {
+	if !e.records.take(record{slot: slot, lapse: lapse, then: then}) {
 		return nil, false
 	}
 	return slot, true

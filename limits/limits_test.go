@@ -160,7 +160,7 @@ func TestTakeAndFreeInBatches(t *testing.T) {
 	found := make(chan limits.Taken, 300)
 	for i := range 300 {
 		key := []string{"a", "b", "c"}[i%3]
-		slot, ok := e.Take("t", key, fmt.Sprintf("call-%d", i), lapse, true, func(t limits.Taken) { found <- t })
+		slot, ok := e.Take("t", key, fmt.Sprintf("call-%d", i), lapse, func(t limits.Taken) { found <- t })
 		if !ok {
 			t.Fatal("Take refused with an empty queue")
 		}
@@ -210,7 +210,7 @@ func TestTakeFreedWithinTheHoldIsNeverWritten(t *testing.T) {
 	const calls = 100
 	found := make(chan limits.Taken, calls)
 	for i := range calls {
-		slot, ok := e.Take("t", "k", fmt.Sprintf("call-%d", i), lapse, true, func(t limits.Taken) { found <- t })
+		slot, ok := e.Take("t", "k", fmt.Sprintf("call-%d", i), lapse, func(t limits.Taken) { found <- t })
 		if !ok {
 			t.Fatal("Take refused with an empty queue")
 		}

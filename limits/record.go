@@ -67,11 +67,11 @@ const maxRecordBatch = 1024
 // it is far below freshFor, the second a dispatcher trusts a count for.
 const recordHold = 25 * time.Millisecond
 
-// take queues a take; false when the queue is full. With now, it is
-// written without holding it.
-func (r *recorder) take(rec record, now bool) bool {
+// take queues a take, held for the frees that undo it (recordHold);
+// false when the queue is full.
+func (r *recorder) take(rec record) bool {
 	rec.slot.written.Store(takeQueued)
-	return r.takes.add(rec, now)
+	return r.takes.add(rec, false)
 }
 
 // free queues the free of s, or undoes its take (undone) if that is

@@ -9,49 +9,6 @@ import (
 	"github.com/windlass-dev/windlass/internal/testserver"
 )
 
-// A slot another process may free (a call submitted without waiting for
-// its answer: whoever stores the answer frees it) is written at once,
-// never held for its own free: another's free of a slot not written yet
-// would reach Redis first and the slot would stay held until it lapsed.
-// A slot only its taker frees is held. The hold is made an hour here, so
-// that only "at once" can pass within the test's wait.
-func TestTakeOthersMayFreeIsNotHeld(t *testing.T) {
-	t.Parallel()
-	r := testserver.StartRedis(t)
-	e := NewEnforcer(r.Client(t), "test:")
-	e.records.takes.hold = time.Hour
-	lapse := time.Now().Add(time.Minute)
-
-	held := make(chan Taken, 1)
-	if _, ok := e.Take("t", "k", "own", lapse, true, func(tk Taken) { held <- tk }); !ok {
-		t.Fatal("Take refused with an empty queue")
-	}
-	written := make(chan Taken, 1)
-	if _, ok := e.Take("t", "k", "detached", lapse, false, func(tk Taken) { written <- tk }); !ok {
-		t.Fatal("Take refused with an empty queue")
-	}
-	select {
-	case tk := <-written:
-		if tk.Err != nil || tk.Undone || tk.KeyInFlight != 2 {
-			t.Errorf("the detached call's take found %+v; want it written, with the own one before it (2 in flight)", tk)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the take of a slot another process may free was not written within 10s (held for its free)")
-	}
-	select {
-	case <-held: // written with the detached one, which went without holding what came before it
-	default:
-		t.Error("the take queued before the detached one was not written with it")
-	}
-	other := NewEnforcer(r.Client(t), "test:")
-	other.FreeCall("t", "k", "detached") // the worker that stored its answer
-	other.Wait()
-	e.Wait()
-	if use, err := e.Use(context.Background(), "t"); err != nil || use["k"] != 1 {
-		t.Errorf("Use = %v, %v; want k: 1 (the own call's slot; the detached one freed)", use, err)
-	}
-}
-
 // Admit asks only after the slots taken before it are written, but no
 // longer than its context allows: a Redis that does not answer fails the
 // ask at the caller's bound (and the dispatcher then admits unchecked),
@@ -62,7 +19,7 @@ func TestAdmitHeedsItsContextWhileWritingTakes(t *testing.T) {
 	rdb := r.Client(t)
 	e := NewEnforcer(rdb, "test:")
 	lapse := time.Now().Add(time.Minute)
-	if _, ok := e.Take("t", "k", "taken", lapse, true, nil); !ok {
+	if _, ok := e.Take("t", "k", "taken", lapse, nil); !ok {
 		t.Fatal("Take refused with an empty queue")
 	}
 	// The server stops answering every client for 3 s.

@@ -175,7 +175,7 @@ func TestLimitsOnRedisCluster(t *testing.T) {
 	var slots []*limits.Slot
 	for i := range 120 {
 		tool := clusterTools[i%len(clusterTools)]
-		slot, ok := e.Take(tool, "k", fmt.Sprintf("call-%d", i), lapse, false, func(tk limits.Taken) {
+		slot, ok := e.Take(tool, "k", fmt.Sprintf("call-%d", i), lapse, func(tk limits.Taken) {
 			if tk.Err != nil {
 				t.Errorf("take: %v", tk.Err)
 			}
