@@ -34,6 +34,10 @@ type cancellations struct {
 	caughtUpAt atomic.Int64
 	epoch      time.Time
 	probe      chan struct{}
+
+	// delivered, when set (by a test), runs first for each record
+	// delivered, before it is applied.
+	delivered func(subject string)
 }
 
 func newCancellations() *cancellations {
@@ -115,8 +119,12 @@ func (c *cancellations) prune(before time.Time) {
 
 // checkCaughtUp asks the stream how far it goes: when the follower has
 // applied its last record, every cancellation stored before the question
-// was asked is applied. (A follower that receives records learns it from
-// their pending counts too.)
+// was asked is applied. It is the only way the follower learns it once it
+// has started: a record's pending count says what was left when the
+// server delivered it, and this process does not know when that was — a
+// record handled later than it was delivered (the follower behind, its
+// process paused) would have it claim records stored in between, which
+// wait unapplied behind it.
 func (c *cancellations) checkCaughtUp(ctx context.Context, stream jetstream.Stream) {
 	ctx, cancel := context.WithTimeout(ctx, retry.ReadTimeout)
 	defer cancel()
@@ -153,7 +161,9 @@ func (c *cancellations) follow(ctx context.Context, js jetstream.JetStream, log 
 		once.Do(func() { close(caughtUp) })
 	}
 	cc, err := cons.Consume(func(m jetstream.Msg) {
-		received := time.Now()
+		if c.delivered != nil {
+			c.delivered(m.Subject())
+		}
 		var rec windlass.Cancellation
 		if err := json.Unmarshal(m.Data(), &rec); err != nil || rec.CallID == "" {
 			log.Warn("worker: unreadable cancellation ignored", "subject", m.Subject(), "error", err)
@@ -166,11 +176,11 @@ func (c *cancellations) follow(ctx context.Context, js jetstream.JetStream, log 
 			return
 		}
 		c.applied.Store(meta.Sequence.Stream)
-		if meta.NumPending == 0 {
-			c.markCaughtUp(received) // nothing stored before its delivery is left
-		}
 		if meta.Sequence.Stream >= lastAtStart {
-			once.Do(func() { close(caughtUp) })
+			once.Do(func() {
+				c.markCaughtUp(asked) // every record stored when the stream was asked is applied
+				close(caughtUp)
+			})
 		}
 	}, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		log.Debug("worker: following cancellations", "error", err)

@@ -18,8 +18,7 @@ import (
 // cancellation look-up of a call that waited in the queue: the follower of
 // the cancels stream says it is caught up only for a short while after it
 // learned that every cancellation stored by then was applied — from the
-// stream's state when it starts, from a record's pending count when it
-// receives one, and from a probe when it receives none.
+// stream's state when it starts, and from a probe of the stream after.
 func TestFollowerKnowsHowFarItCaughtUp(t *testing.T) {
 	t.Parallel()
 	nc := testserver.StartNATS(t).Connect(t)
@@ -44,28 +43,81 @@ func TestFollowerKnowsHowFarItCaughtUp(t *testing.T) {
 		t.Error("an empty stream at the start: not caught up")
 	}
 
-	// A cancellation arrives: applied, and caught up as of its arrival.
+	// A cancellation arrives and is applied; the proof ages, and a probe
+	// renews it past the cancellation.
 	sent := time.Now()
-	data, _ := json.Marshal(windlass.Cancellation{CallID: "c1", Reason: "test", At: time.Now()})
-	if _, err := js.PublishMsg(t.Context(), &nats.Msg{Subject: layout.CancelSubject("c1"), Data: data}); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the follower caught up after the cancellation", func() bool {
-		c.mu.Lock()
-		_, applied := c.canceled[layout.CallToken("c1")]
-		c.mu.Unlock()
-		return applied && c.caughtUpRecently(time.Since(sent))
+	storeCancellation(t, js, "c1")
+	waitFor(t, "the cancellation applied", func() bool { return c.has("c1") })
+	waitFor(t, "the proof grown older than the cancellation", func() bool {
+		return !c.caughtUpRecently(time.Since(sent))
 	})
-
-	// Nothing new arrives: the proof ages, and a probe renews it.
 	asked := time.Now()
-	waitFor(t, "the proof grown older than the time since asked", func() bool {
-		return !c.caughtUpRecently(time.Since(asked) / 2)
-	})
 	c.probeSoon()
 	waitFor(t, "a probe renewed the proof", func() bool {
 		return c.caughtUpRecently(time.Since(asked))
 	})
+}
+
+// TestARecordHandledLateVouchesForNoLaterOne: a cancellation stored
+// while the follower is behind — after the server delivered the record
+// before it, before the follower handled that record — is not taken for
+// applied. Before, a record delivered with nothing pending marked the
+// follower caught up as of the moment it was handled, so a call pulled
+// then skipped its look-up and ran although its cancellation was stored.
+func TestARecordHandledLateVouchesForNoLaterOne(t *testing.T) {
+	t.Parallel()
+	nc := testserver.StartNATS(t).Connect(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := layout.EnsureStreams(t.Context(), js, layout.CancelsConfig(layout.StreamOptions{})); err != nil {
+		t.Fatal(err)
+	}
+	c := newCancellations()
+	var storedLate time.Time // when the cancellation of "late" was certainly stored
+	checked := make(chan struct{})
+	c.delivered = func(subject string) {
+		switch subject {
+		case layout.CancelSubject("first"):
+			// Delivered with nothing pending; before it is handled, another
+			// cancellation is stored.
+			storeCancellation(t, js, "late")
+			storedLate = time.Now()
+		case layout.CancelSubject("late"):
+			<-checked // not applied until the test has looked
+		}
+	}
+	stop, err := c.follow(t.Context(), js, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { close(checked); stop() }()
+	storeCancellation(t, js, "first")
+	waitFor(t, "the first cancellation applied", func() bool { return c.has("first") })
+	if c.has("late") {
+		t.Fatal("the late cancellation applied before the test looked")
+	}
+	if c.caughtUpRecently(time.Since(storedLate)) {
+		t.Fatal("the follower says every cancellation stored by now is applied; the late one, stored before, is not")
+	}
+}
+
+// storeCancellation stores a cancellation of callID in the cancels stream.
+func storeCancellation(t *testing.T, js jetstream.JetStream, callID string) {
+	t.Helper()
+	data, _ := json.Marshal(windlass.Cancellation{CallID: callID, Reason: "test", At: time.Now()})
+	if _, err := js.PublishMsg(t.Context(), &nats.Msg{Subject: layout.CancelSubject(callID), Data: data}); err != nil {
+		t.Error(err)
+	}
+}
+
+// has reports whether the cancellation of callID is applied.
+func (c *cancellations) has(callID string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.canceled[layout.CallToken(callID)]
+	return ok
 }
 
 // waitFor polls cond until it holds, for at most 10 s (fleettest.WaitFor,
