@@ -21,14 +21,7 @@ import (
 // stream's state when it starts, and from a probe of the stream after.
 func TestFollowerKnowsHowFarItCaughtUp(t *testing.T) {
 	t.Parallel()
-	nc := testserver.StartNATS(t).Connect(t)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := layout.EnsureStreams(t.Context(), js, layout.CancelsConfig(layout.StreamOptions{})); err != nil {
-		t.Fatal(err)
-	}
+	js := cancelsStream(t)
 	c := newCancellations()
 	if c.caughtUpRecently(time.Hour) {
 		t.Fatal("caught up before following")
@@ -66,14 +59,7 @@ func TestFollowerKnowsHowFarItCaughtUp(t *testing.T) {
 // then skipped its look-up and ran although its cancellation was stored.
 func TestARecordHandledLateVouchesForNoLaterOne(t *testing.T) {
 	t.Parallel()
-	nc := testserver.StartNATS(t).Connect(t)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := layout.EnsureStreams(t.Context(), js, layout.CancelsConfig(layout.StreamOptions{})); err != nil {
-		t.Fatal(err)
-	}
+	js := cancelsStream(t)
 	c := newCancellations()
 	var storedLate time.Time // when the cancellation of "late" was certainly stored
 	checked := make(chan struct{})
@@ -101,6 +87,19 @@ func TestARecordHandledLateVouchesForNoLaterOne(t *testing.T) {
 	if c.caughtUpRecently(time.Since(storedLate)) {
 		t.Fatal("the follower says every cancellation stored by now is applied; the late one, stored before, is not")
 	}
+}
+
+// cancelsStream starts a NATS server with the cancels stream.
+func cancelsStream(t *testing.T) jetstream.JetStream {
+	t.Helper()
+	js, err := jetstream.New(testserver.StartNATS(t).Connect(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := layout.EnsureStreams(t.Context(), js, layout.CancelsConfig(layout.StreamOptions{})); err != nil {
+		t.Fatal(err)
+	}
+	return js
 }
 
 // storeCancellation stores a cancellation of callID in the cancels stream.
