@@ -178,6 +178,23 @@ func BenchmarkFleetCall(b *testing.B) {
 	benchAlone(b, func(env *bench.Env) bench.CallFunc { return env.Fleet(bench.NoopTool, 128, 0) })
 }
 
+// BenchmarkFleetCallNoLimits is BenchmarkFleetCall through a dispatcher
+// with no admission limits (limits.Unlimited()): beside it, the CPU a call
+// that the default caps cost — at 512 in flight one key's calls are past a
+// quarter of its cap, so each one asks Redis (package limits, "Admission
+// without waiting").
+//
+//	go test -run '^$' -bench 'FleetCall(NoLimits)?/inflight=512' -benchtime 30000x ./integration/
+func BenchmarkFleetCallNoLimits(b *testing.B) {
+	benchAlone(b, func(env *bench.Env) bench.CallFunc {
+		call, err := env.FleetLimited(context.Background(), limits.Unlimited(), bench.NoopTool, 128, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return call
+	})
+}
+
 // BenchmarkStoredCall is the stored baseline alone (the raw JetStream
 // round trip that stores what the fleet stores, see BENCHMARKS.md), the
 // side to profile beside BenchmarkFleetCall: their difference per call is
@@ -199,7 +216,7 @@ func BenchmarkRawCall(b *testing.B) {
 	benchAlone(b, func(env *bench.Env) bench.CallFunc { return env.RawJetStream(128, 0) })
 }
 
-// benchAlone measures one path alone at 1 and 64 in flight, with its
+// benchAlone measures one path alone at 1, 64 and 512 in flight, with its
 // allocations and the process's CPU a call (user and system time of this
 // process, which runs the NATS server, the clients and the load; not the
 // Redis server's, a process of its own that only the fleet's admission
@@ -207,7 +224,7 @@ func BenchmarkRawCall(b *testing.B) {
 // BenchmarkRawCall.
 func benchAlone(b *testing.B, path func(*bench.Env) bench.CallFunc) {
 	env := startBench(b)
-	for _, inflight := range []int{1, 64} {
+	for _, inflight := range []int{1, 64, 512} {
 		b.Run(fmt.Sprintf("inflight=%d", inflight), func(b *testing.B) {
 			call := path(env)
 			bench.Measure(context.Background(), bench.Load{InFlight: inflight, Calls: 200}, call, nil)
