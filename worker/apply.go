@@ -110,7 +110,8 @@ func (w *Worker) countAnswer(d *delivery, asked, sent windlass.ToolResult, dupli
 	}
 	if duplicate {
 		w.stats.duplicateResults.Add(1)
-		// The stored answer points at its own objects, if any.
+		// Another attempt's answer is stored, which points at its own
+		// objects, if any.
 		w.payloads.Forget(ctx, sent)
 	}
 	w.metrics.Answered(ctx, sent)
@@ -120,6 +121,30 @@ func (w *Worker) countAnswer(d *delivery, asked, sent windlass.ToolResult, dupli
 	} else {
 		w.stats.completed.Add(1)
 	}
+}
+
+// mayBeStored reports whether the answer the results stream holds for
+// d's call may be sent itself, which was published more than once, so
+// that "duplicate" may mean its own earlier publish: the stored answer is
+// read, and is this one when it was made by this worker for this attempt
+// with the same start and objects. An answer that cannot be read may be
+// this one: its objects are kept (the bucket's lifetime removes them if
+// nothing points at them).
+func (w *Worker) mayBeStored(d *delivery, sent windlass.ToolResult) bool {
+	ctx, cancel := context.WithTimeout(d.ctx, retry.ReadTimeout)
+	defer cancel()
+	stored, ok, err := w.storedResult(ctx, d.call.ID)
+	if err != nil || !ok {
+		d.log.DebugContext(ctx, "worker: the stored answer cannot be read; taking it for this one", "found", ok, "error", err)
+		return true
+	}
+	return stored.Worker == sent.Worker && stored.Attempt == sent.Attempt && stored.StartedAt.Equal(sent.StartedAt) &&
+		sameRef(stored.DataRef, sent.DataRef) && sameRef(stored.ContentRef, sent.ContentRef)
+}
+
+// sameRef reports whether a and b point at the same object, or both at none.
+func sameRef(a, b *windlass.PayloadRef) bool {
+	return a == nil && b == nil || a != nil && b != nil && *a == *b
 }
 
 // resultMessage encodes a call's result as its message on the results

@@ -110,7 +110,7 @@ func (p *resultPipe) drain() {
 	for a := range p.queue {
 		select {
 		case ack := <-a.fut.Ok():
-			p.stored(a, ack)
+			p.stored(a, ack, false)
 		case <-a.fut.Err():
 			go p.again(a)
 		}
@@ -132,14 +132,17 @@ func (p *resultPipe) again(a *answering) {
 		a.d.end(p.w)
 		return
 	}
-	p.stored(a, ack)
+	p.stored(a, ack, true)
 }
 
 // stored concludes a call whose answer the results stream acknowledged.
-func (p *resultPipe) stored(a *answering, ack *jetstream.PubAck) {
+// An answer published again (again) may be the duplicate of itself: an
+// earlier publish of it stored, its acknowledgement lost.
+func (p *resultPipe) stored(a *answering, ack *jetstream.PubAck, republished bool) {
 	<-p.room
 	p.w.freeSlotOf(a.d)
-	p.w.countAnswer(a.d, a.asked, a.sent, ack.Duplicate)
+	duplicate := ack.Duplicate && !(republished && p.w.mayBeStored(a.d, a.sent))
+	p.w.countAnswer(a.d, a.asked, a.sent, duplicate)
 	p.w.conclude(a.d, a.o)
 }
 
