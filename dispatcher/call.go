@@ -363,8 +363,12 @@ func (d *Dispatcher) publish(ctx context.Context, p *prepared) (duplicate bool, 
 	if err != nil {
 		return false, &windlass.CallError{Code: windlass.CodeUnavailable, Message: fmt.Sprintf("The fleet could not accept the call: %v", err)}
 	}
-	if ack.Duplicate && p.call.ArgumentsRef != nil {
-		// The stored call points at its own upload, not this one.
+	if ack.Duplicate && !retried && p.call.ArgumentsRef != nil {
+		// The stored call is another submit's, which points at its own
+		// upload, not this one. After a retry it may be this publish's
+		// own earlier attempt, stored with its acknowledgement lost,
+		// pointing at this upload: that one is kept (the bucket's lifetime
+		// removes it if nothing points at it).
 		d.payloads.Delete(ctx, *p.call.ArgumentsRef)
 	}
 	switch {
