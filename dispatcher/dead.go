@@ -2,6 +2,8 @@ package dispatcher
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -72,10 +74,13 @@ func readRecords[T any](ctx context.Context, s jetstream.Stream, filter string, 
 // and [MetadataReplayOf], a new id (unless [WithCallID] gives one) and a
 // new deadline (from opts, else the usual default). It is checked against
 // the tool's current spec like any call. Once the new call is accepted the
-// dead record is deleted, so a call is replayed once. It returns the new
-// call's id; also with an [ErrUnavailable] error when the new call's
-// publish was not confirmed: it may be queued, and the dead record is
-// kept (ask for the new id's status before replaying again).
+// dead record is deleted, so a call is replayed once. The new id is derived
+// from the dead record (see replayID), so replays of one record made at
+// once — an operator's command run again because it seemed to hang, two
+// operators — are one call: each returns its id, and it runs once. It
+// returns the new call's id; also with an [ErrUnavailable] error when the
+// new call's publish was not confirmed: it may be queued, and the dead
+// record is kept (ask for the new id's status before replaying again).
 func (d *Dispatcher) Replay(ctx context.Context, seq uint64, opts ...CallOption) (string, error) {
 	m, err := d.dead.GetMsg(ctx, seq)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -95,6 +100,9 @@ func (d *Dispatcher) Replay(ctx context.Context, seq uint64, opts ...CallOption)
 	// opts adds to it rather than replacing it), and always the mark of
 	// the replay.
 	opts = append(slices.Clip(opts), func(o *callOptions) {
+		if o.id == "" {
+			o.id = replayID(dc, seq)
+		}
 		meta := maps.Clone(dc.Call.Metadata)
 		if meta == nil {
 			meta = map[string]string{}
@@ -109,10 +117,26 @@ func (d *Dispatcher) Replay(ctx context.Context, seq uint64, opts ...CallOption)
 		// record is kept, and its id says whether the replay took.
 		return id, fmt.Errorf("dispatcher: replay %q: %w", dc.Call.ID, err)
 	}
-	if err := d.dead.DeleteMsg(ctx, seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+	if err := d.dead.DeleteMsg(ctx, seq); err != nil && !d.deadGone(ctx, seq) {
 		return id, fmt.Errorf("dispatcher: replayed %q as %q, but deleting its dead record failed: %w", dc.Call.ID, id, err)
 	}
 	return id, nil
+}
+
+// deadGone reports whether the dead record at seq is certainly gone, after
+// its deletion failed: another replay of it deleted it first. (nats.go
+// gives the server's "no message found" of a deletion as text only.)
+func (d *Dispatcher) deadGone(ctx context.Context, seq uint64) bool {
+	_, err := d.dead.GetMsg(ctx, seq)
+	return errors.Is(err, jetstream.ErrMsgNotFound)
+}
+
+// replayID is the id of the replay of dead record dc at seq: the same for
+// every replay of that record, and another for any other record (the same
+// call dead again is another death, at another time).
+func replayID(dc windlass.DeadCall, seq uint64) string {
+	sum := sha256.Sum256(fmt.Appendf(nil, "%s\x00%d\x00%d", dc.Call.ID, seq, dc.DiedAt.UnixNano()))
+	return "replay_" + hex.EncodeToString(sum[:13])
 }
 
 // Refusals lists the messages workers dropped from tools' call subjects

@@ -1,6 +1,7 @@
 package dispatcher_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -821,5 +822,59 @@ func TestConcurrentCallsWithOneIDShareTheResult(t *testing.T) {
 	}
 	if runs := g.runs(); len(runs) != 1 {
 		t.Errorf("ran %d times: %v", len(runs), runs)
+	}
+}
+
+// TestReplaysOfOneRecordAtOnceAreOneCall: two replays of one dead record
+// at the same moment (an operator's command run again because it seemed
+// to hang, two operators) both succeed with the same call id, and the
+// call runs once. Before, each submitted under a random id of its own and
+// the dead call ran twice; the second's deletion of the record, already
+// gone, failed with the server's "no message found". (Found by a review
+// helper.)
+func TestReplaysOfOneRecordAtOnceAreOneCall(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int64
+	tool := windlass.MustFunc("charge", func(ctx context.Context, _ struct{}) (string, error) {
+		runs.Add(1)
+		return "charged", nil
+	})
+	e := newEnv(t, tool)
+	dc := windlass.DeadCall{Call: windlass.ToolCall{ID: "dead-charge-1", Name: "charge", Arguments: json.RawMessage(`{}`)},
+		Error: windlass.CallError{Code: windlass.CodeWorkerLost, Message: "lost"}, Deliveries: 5, DiedAt: time.Now(), Origin: e.d.ID()}
+	data, _ := json.Marshal(dc)
+	ack, err := e.JetStream().Publish(t.Context(), layout.DeadSubject("charge"), data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids [2]string
+	var errs [2]error
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range ids {
+		wg.Go(func() {
+			<-start
+			ids[i], errs[i] = e.d.Replay(t.Context(), ack.Sequence, dispatcher.WithTimeout(10*time.Second))
+		})
+	}
+	close(start)
+	wg.Wait()
+	for i := range ids {
+		if errs[i] != nil && !errors.Is(errs[i], dispatcher.ErrNoDeadCall) {
+			t.Errorf("replay %d = %q, %v", i, ids[i], errs[i])
+		}
+	}
+	if ids[0] != "" && ids[1] != "" && ids[0] != ids[1] {
+		t.Errorf("the replays are two calls, %q and %q; want one", ids[0], ids[1])
+	}
+	id := cmp.Or(ids[0], ids[1])
+	if r, err := e.d.Wait(waitCtx(t, 10*time.Second), id); err != nil || r.IsError {
+		t.Fatalf("Wait(%q) = %+v, %v", id, r, err)
+	}
+	if _, err := e.d.Replay(t.Context(), ack.Sequence); !errors.Is(err, dispatcher.ErrNoDeadCall) {
+		t.Errorf("a third replay = %v; want ErrNoDeadCall: the record is deleted", err)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Errorf("the dead call ran %d times; want once", n)
 	}
 }
