@@ -148,7 +148,9 @@
 // pending is removed after an hour unseen.
 //
 // The webhooks are approval.requested, approval.approved,
-// approval.rejected, approval.expired and approval.canceled, per the
-// Standard Webhooks specification (package approval/webhook);
-// approval.approved is sent once the approved call was released.
+// approval.undeliverable, approval.rejected, approval.expired and
+// approval.canceled, per the Standard Webhooks specification (package
+// approval/webhook); approval.approved is sent once the approved call was
+// released, approval.undeliverable when it never could be (its caller
+// answered instead: HeldCall.Undeliverable).
 package approval

@@ -99,7 +99,8 @@ type Config struct {
 	// notifications.
 	Notify func(ctx context.Context, ev AuditEvent, call *HeldCall) error
 	// Webhooks, when set, posts approval.requested, approval.approved,
-	// approval.rejected, approval.expired and approval.canceled to each of
+	// approval.undeliverable, approval.rejected, approval.expired and
+	// approval.canceled to each of
 	// its endpoints, each endpoint through a queue of its own (see the
 	// package doc, "Notifications"). Never closed by the service.
 	Webhooks *webhook.Sender
@@ -605,7 +606,9 @@ const (
 // that is full (at its bound) refuses it: the release fails and is tried
 // again every few seconds (resumeReleases) until there is room, or until
 // the caller's deadline has passed, when the caller is answered
-// overloaded and the call is marked released, never run.
+// overloaded and the call is marked undeliverable (never released, never
+// run; the dashboard is sent approval.undeliverable, not
+// approval.approved).
 func (s *Service) release(ctx context.Context, h *HeldCall) error {
 	timeout := windlass.DefaultTimeout
 	if info, err := s.cfg.Registry.Lookup(ctx, h.Tool); err == nil {
@@ -655,8 +658,9 @@ func (s *Service) release(ctx context.Context, h *HeldCall) error {
 		// that came another way, answer the caller rather than retry a
 		// publish that can never succeed.
 		s.cfg.Logger.ErrorContext(ctx, "approval: the approved call is too large to release; answering its caller", "call_id", h.ID, "size", size, "limit", limit)
-		s.answer(ctx, h, windlass.CodePayloadTooLarge, fmt.Sprintf("The call to %q was approved, but with its release it is %d bytes, over the NATS server's max payload of %d bytes, so it cannot be sent to the tool; it was not run.", h.Tool, size, limit))
-		return s.store.markReleased(ctx, h.ID)
+		reason := fmt.Sprintf("The call to %q was approved, but with its release it is %d bytes, over the NATS server's max payload of %d bytes, so it cannot be sent to the tool; it was not run.", h.Tool, size, limit)
+		s.answer(ctx, h, windlass.CodePayloadTooLarge, reason)
+		return s.store.markUndeliverable(ctx, h.ID, windlass.CodePayloadTooLarge, reason)
 	}
 	if _, err := s.js.PublishMsg(ctx, m); err != nil {
 		if layout.IsCallsFull(err) && !callerDeadline.IsZero() && !time.Now().Before(callerDeadline) {
@@ -664,8 +668,9 @@ func (s *Service) release(ctx context.Context, h *HeldCall) error {
 			// caller's deadline: nobody waits for a run any more. Say
 			// why, rather than timeout, and stop trying.
 			s.cfg.Logger.WarnContext(ctx, "approval: the calls stream stayed full until the approved call's deadline; answering its caller overloaded", "call_id", h.ID, "tool", h.Tool)
-			s.answer(ctx, h, windlass.CodeOverloaded, fmt.Sprintf("The call to %q was approved, but the fleet's queue was full until the call's deadline (%s), so it was not run.", h.Tool, callerDeadline.Format(time.RFC3339)))
-			return s.store.markReleased(ctx, h.ID)
+			reason := fmt.Sprintf("The call to %q was approved, but the fleet's queue was full until the call's deadline (%s), so it was not run.", h.Tool, callerDeadline.Format(time.RFC3339))
+			s.answer(ctx, h, windlass.CodeOverloaded, reason)
+			return s.store.markUndeliverable(ctx, h.ID, windlass.CodeOverloaded, reason)
 		}
 		// A full calls stream included: the release is tried again
 		// (resumeReleases) while the caller's deadline allows.

@@ -91,6 +91,11 @@ type HeldCall struct {
 	DecidedAt time.Time `json:"decided_at,omitzero"`
 	// Released is true once an approved call was published to its tool.
 	Released bool `json:"released"`
+	// Undeliverable is, for an approved call that was never published to
+	// its tool, the code its caller was answered with instead: overloaded
+	// (the fleet's queue full until the call's deadline), or
+	// payload_too_large (too large with its release for the NATS server).
+	Undeliverable windlass.ErrorCode `json:"undeliverable,omitempty"`
 
 	call        *windlass.ToolCall // decoded from callJSON when first needed (see toolCall)
 	callJSON    string
@@ -272,6 +277,19 @@ audit(KEYS[2], KEYS[1], 'event', 'released', 'call_id', ARGV[1], 'actor', 'syste
 return 1
 `)
 
+// undeliverableScript closes an approved call that cannot be released,
+// once: its caller was answered instead (the code and the reason). It
+// leaves the unreleased set, and is not marked released.
+// KEYS: call, audit, unreleased. ARGV: id, code, reason.
+var undeliverableScript = redis.NewScript(auditLua + `
+redis.call('ZREM', KEYS[3], ARGV[1])
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end -- deleted by the retention meanwhile
+if redis.call('HGET', KEYS[1], 'released') == '1' or redis.call('HEXISTS', KEYS[1], 'undeliverable') == 1 then return 0 end
+redis.call('HSET', KEYS[1], 'undeliverable', ARGV[2])
+audit(KEYS[2], KEYS[1], 'event', 'undeliverable', 'call_id', ARGV[1], 'actor', 'system', 'code', ARGV[2], 'reason', ARGV[3])
+return 1
+`)
+
 // hold persists a new held call; it reports false for one already held.
 // The bulk is written first, on its own slot, with an expiry (the window
 // and the retention after it) so that a crash before the state is written
@@ -407,6 +425,15 @@ func (s *store) markReleased(ctx context.Context, id string) error {
 	return nil
 }
 
+// markUndeliverable closes an approved call that cannot be released, its
+// caller answered code with reason instead (see undeliverableScript).
+func (s *store) markUndeliverable(ctx context.Context, id string, code windlass.ErrorCode, reason string) error {
+	if err := undeliverableScript.Run(ctx, s.rc, []string{s.callKey(id), s.auditKey(), s.unreleasedKey()}, id, string(code), reason).Err(); err != nil {
+		return fmt.Errorf("approval: mark %q undeliverable: %w", id, err)
+	}
+	return nil
+}
+
 // unreleased returns up to count approved calls not released yet, the
 // longest waiting first: the release sweep's work, read from an index
 // (the unreleased set), never from the history of approved calls. An id
@@ -536,7 +563,7 @@ func (s *store) read(ctx context.Context, ids []string) func(i int) (map[string]
 func decodeHeld(id string, m map[string]string) (*HeldCall, error) {
 	h := &HeldCall{ID: id, Tool: m["tool"], Arguments: json.RawMessage(m["args"]), ArgsHash: m["args_hash"],
 		SpecHash: m["spec_hash"], Requester: m["requester"], Status: Status(m["status"]), Reason: m["reason"],
-		RejectedBy: m["rejected_by"], Released: m["released"] == "1", origin: m["origin"], traceparent: m["traceparent"],
+		RejectedBy: m["rejected_by"], Released: m["released"] == "1", Undeliverable: windlass.ErrorCode(m["undeliverable"]), origin: m["origin"], traceparent: m["traceparent"],
 		NoRetry: m["no_retry"] == "1", ReviewerGroups: []string{}}
 	if m["reviewer_groups"] != "" {
 		h.ReviewerGroups = strings.Split(m["reviewer_groups"], ",")
@@ -622,12 +649,13 @@ type AuditEvent struct {
 	// millisecond).
 	Time time.Time `json:"time"`
 	// Event is requested, approval, edited, approved, rejected, expired,
-	// canceled or released.
+	// canceled, released or undeliverable (approved, never released: its
+	// caller was answered instead; fields code and reason).
 	Event string `json:"event"`
 	// CallID is the held call.
 	CallID string `json:"call_id"`
 	// Actor is the reviewer, the requester, "caller" (the caller canceled
-	// the call) or "system" (expired, released).
+	// the call) or "system" (expired, released, undeliverable).
 	Actor string `json:"actor"`
 	// Fields holds the event's other fields (reason, before, after).
 	Fields map[string]string `json:"fields,omitempty"`

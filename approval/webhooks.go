@@ -15,24 +15,28 @@ import (
 // approval.approved is sent for the release that follows the approval, so
 // that the call it carries says "released": true.
 var webhookTypes = map[string]string{
-	"requested": "approval.requested",
-	"released":  "approval.approved",
-	"rejected":  "approval.rejected",
-	"expired":   "approval.expired",
-	"canceled":  "approval.canceled",
+	"requested":     "approval.requested",
+	"released":      "approval.approved",
+	"undeliverable": "approval.undeliverable",
+	"rejected":      "approval.rejected",
+	"expired":       "approval.expired",
+	"canceled":      "approval.canceled",
 }
 
 // webhookNotify returns the queue function of the sender's endpoint url
 // (see Config.Webhooks): it posts approval.requested, approval.approved,
-// approval.rejected, approval.expired and approval.canceled (the caller
-// canceled the held call; actor "caller") to that endpoint, signed per
-// Standard Webhooks. approval.approved comes once the approved call was
-// released to its tool, naming as actor the reviewer whose approval decided
-// it. The webhook-id is derived from the audit entry, so it stays the same
-// across retries, restarts, replicas and endpoints. An event the sender
-// gave up on (retries exhausted, endpoint gone) is logged by the sender and
-// not retried again; an interrupted delivery (the replica stopping) is
-// retried by this replica's next start or claimed by another replica.
+// approval.undeliverable, approval.rejected, approval.expired and
+// approval.canceled (the caller canceled the held call; actor "caller") to
+// that endpoint, signed per Standard Webhooks. approval.approved comes
+// once the approved call was released to its tool, naming as actor the
+// reviewer whose approval decided it; approval.undeliverable instead when
+// it never could be (its caller answered overloaded or payload_too_large:
+// the call carries the code in "undeliverable"). The webhook-id is derived
+// from the audit entry, so it stays the same across retries, restarts,
+// replicas and endpoints. An event the sender gave up on (retries
+// exhausted, endpoint gone) is logged by the sender and not retried again;
+// an interrupted delivery (the replica stopping) is retried by this
+// replica's next start or claimed by another replica.
 func webhookNotify(sender *webhook.Sender, url string) func(context.Context, AuditEvent, *HeldCall) error {
 	return func(ctx context.Context, ev AuditEvent, call *HeldCall) error {
 		typ, ok := webhookTypes[ev.Event]
