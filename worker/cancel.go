@@ -33,7 +33,8 @@ type cancellations struct {
 	applied    atomic.Uint64
 	caughtUpAt atomic.Int64
 	epoch      time.Time
-	probe      chan struct{}
+	probe      chan struct{} // asks the follower's goroutine for a probe
+	landed     chan struct{} // closed when the probe asked for next has landed; nil: none asked for (under mu)
 
 	// delivered, when set (by a test), runs first for each record
 	// delivered, before it is applied.
@@ -68,13 +69,37 @@ func (c *cancellations) markCaughtUp(t time.Time) {
 }
 
 // probeSoon asks the follower to check, once, whether it has caught up
-// with the stream (see follow): a call had to be looked up in the stream
-// because the follower could not yet say; later ones need not be.
-func (c *cancellations) probeSoon() {
-	select {
-	case c.probe <- struct{}{}:
-	default: // one is due already
+// with the stream (see follow), and returns a channel closed when that
+// check has landed: one asked after this call, whether it proved the
+// follower caught up or not. The calls that ask while one is due share
+// it.
+func (c *cancellations) probeSoon() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.landed == nil {
+		c.landed = make(chan struct{})
+		c.probe <- struct{}{} // never blocks: one is asked for per landed, and the follower takes it before making the next
 	}
+	return c.landed
+}
+
+// probing takes the channel of the probe asked for, for the probe about
+// to be made: later asks wait for the next one.
+func (c *cancellations) probing() chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	landed := c.landed
+	c.landed = nil
+	return landed
+}
+
+// lookedUp reports whether token's call is canceled, as far as the
+// follower has applied.
+func (c *cancellations) lookedUp(token string) (windlass.Cancellation, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	rec, ok := c.canceled[token]
+	return rec, ok
 }
 
 // start registers a running call and reports whether it is already
@@ -208,7 +233,9 @@ func (c *cancellations) follow(ctx context.Context, js jetstream.JetStream, log 
 			case <-t.C:
 				c.prune(time.Now().Add(-keep))
 			case <-c.probe:
+				landed := c.probing()
 				c.checkCaughtUp(prunerCtx, stream)
+				close(landed)
 			}
 		}
 	}()

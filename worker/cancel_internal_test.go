@@ -1,8 +1,11 @@
 package worker
 
 import (
+	"context"
 	"encoding/json"
 	"log/slog"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -130,4 +133,106 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// TestCallsThatWaitedShareAProbe: calls that waited in the queue while
+// the follower's proof was stale wait for one probe of the stream and
+// are answered from what the follower applied — the canceled one
+// canceled, the others not — without a look-up each. Before, each was
+// looked up in the stream.
+func TestCallsThatWaitedShareAProbe(t *testing.T) {
+	t.Parallel()
+	js := cancelsStream(t)
+	w, lookups := followingWorker(t, js, nil)
+	storeCancellation(t, js, "gone")
+	waitFor(t, "the cancellation applied", func() bool { return w.cancels.has("gone") })
+	since := time.Now()
+	waitFor(t, "the follower's proof stale", func() bool {
+		return !w.cancels.caughtUpRecently(time.Since(since)) && time.Since(since) > cancelCheckAfter
+	})
+
+	ids := []string{"gone", "here-1", "here-2", "here-3", "here-4", "here-5", "here-6", "here-7"}
+	canceled := make([]bool, len(ids))
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		wg.Go(func() { _, canceled[i] = w.canceledWhileQueued(waited(id)) })
+	}
+	wg.Wait()
+	for i, id := range ids {
+		if canceled[i] != (id == "gone") {
+			t.Errorf("%s: canceled = %v", id, canceled[i])
+		}
+	}
+	if n := lookups.Load(); n != 0 {
+		t.Errorf("%d calls looked up in the stream; want none: the probe proved the follower caught up", n)
+	}
+}
+
+// TestAFollowerBehindLeavesTheLookUp: when the probe finds the follower
+// behind (a cancellation stored, not applied yet), the call is looked up
+// in the stream, and its cancellation is found there.
+func TestAFollowerBehindLeavesTheLookUp(t *testing.T) {
+	t.Parallel()
+	js := cancelsStream(t)
+	held := make(chan struct{})
+	defer close(held)
+	w, lookups := followingWorker(t, js, func(subject string) {
+		if subject == layout.CancelSubject("behind") {
+			<-held // not applied while the test runs
+		}
+	})
+	since := time.Now()
+	storeCancellation(t, js, "behind")
+	waitFor(t, "the follower's proof stale", func() bool {
+		return !w.cancels.caughtUpRecently(time.Since(since)) && time.Since(since) > cancelCheckAfter
+	})
+	if _, canceled := w.canceledWhileQueued(waited("behind")); !canceled {
+		t.Error("a call canceled while the follower was behind: not canceled")
+	}
+	if n := lookups.Load(); n != 1 {
+		t.Errorf("%d look-ups; want 1", n)
+	}
+}
+
+// followingWorker is a worker whose cancellations follow js's cancels
+// stream, with delivered as their test hook, and the count of its
+// look-ups in that stream.
+func followingWorker(t *testing.T, js jetstream.JetStream, delivered func(string)) (*Worker, *atomic.Int64) {
+	t.Helper()
+	w, err := New(Config{JetStream: js})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := js.Stream(t.Context(), layout.CancelsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counted := &lookupCounter{Stream: stream}
+	w.cancelsStream = counted
+	w.cancels.delivered = delivered
+	stop, err := w.cancels.follow(t.Context(), js, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	return w, &counted.n
+}
+
+// lookupCounter is the real cancels stream, counting the look-ups of a
+// call's cancellation made through it (what the test asserts on; every
+// call goes to the server).
+type lookupCounter struct {
+	jetstream.Stream
+	n atomic.Int64
+}
+
+func (s *lookupCounter) GetLastMsgForSubject(ctx context.Context, subject string) (*jetstream.RawStreamMsg, error) {
+	s.n.Add(1)
+	return s.Stream.GetLastMsgForSubject(ctx, subject)
+}
+
+// waited is the delivery of call id, published a second ago.
+func waited(id string) *delivery {
+	return &delivery{ctx: context.Background(), token: layout.CallToken(id), call: windlass.ToolCall{ID: id},
+		meta: &jetstream.MsgMetadata{Timestamp: time.Now().Add(-time.Second)}}
 }

@@ -263,11 +263,8 @@ func (w *Worker) refuse(d *delivery) (outcome, bool) {
 func (w *Worker) canceledBefore(d *delivery) (outcome, bool) {
 	d.callCtx, d.cancel = context.WithCancelCause(d.ctx)
 	rec, canceled := w.cancels.start(d.token, d.cancel)
-	if !canceled && time.Since(d.meta.Timestamp) > cancelCheckAfter && !w.cancels.caughtUpRecently(cancelCheckAfter) {
-		getCtx, stop := context.WithTimeout(d.ctx, retry.ReadTimeout)
-		rec, canceled = w.checkCancellation(getCtx, d.call.ID)
-		stop()
-		w.cancels.probeSoon()
+	if !canceled && time.Since(d.meta.Timestamp) > cancelCheckAfter {
+		rec, canceled = w.canceledWhileQueued(d)
 	}
 	if !canceled {
 		return outcome{}, false
@@ -343,6 +340,37 @@ func (w *Worker) payloadLimit(t *registered) int64 {
 // cancellation made in that instant reaches the tool as a canceled context
 // instead.
 const cancelCheckAfter = 20 * time.Millisecond
+
+// canceledWhileQueued reports whether a call that waited in the queue
+// over cancelCheckAfter was canceled meanwhile. The follower answers when
+// it knew, within cancelCheckAfter, that it had applied every
+// cancellation stored; otherwise the call waits for a probe of the stream
+// — one that the calls in the same case share — and is looked up in the
+// stream itself only if that does not prove it either. A proof half that
+// old is renewed ahead, so that calls keep finding one while they come.
+func (w *Worker) canceledWhileQueued(d *delivery) (windlass.Cancellation, bool) {
+	c := w.cancels
+	if c.caughtUpRecently(cancelCheckAfter) {
+		if !c.caughtUpRecently(cancelCheckAfter / 2) {
+			c.probeSoon()
+		}
+		return c.lookedUp(d.token)
+	}
+	probed := time.NewTimer(retry.ReadTimeout)
+	select {
+	case <-c.probeSoon():
+		if c.caughtUpRecently(cancelCheckAfter) {
+			probed.Stop()
+			return c.lookedUp(d.token)
+		}
+	case <-probed.C:
+	case <-d.ctx.Done():
+	}
+	probed.Stop()
+	getCtx, stop := context.WithTimeout(d.ctx, retry.ReadTimeout)
+	defer stop()
+	return w.checkCancellation(getCtx, d.call.ID)
+}
 
 // checkCancellation looks a call up in the cancels stream and records what
 // it finds, which also cancels the call if it runs here. When the stream
