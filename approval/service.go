@@ -119,11 +119,13 @@ type Config struct {
 	// audit). Default 30 days.
 	Retention time.Duration
 	// ReplicaAcks is how many Redis replicas must have a held call before
-	// the service acknowledges the call's intake message (Redis WAIT, for
-	// up to ReplicaAckTimeout; fewer leaves the message to be redelivered
-	// and held again). Redis replicates asynchronously: with a master and
-	// replicas under Sentinel, set 1, so that a failover cannot lose a
-	// call the service took (see RELIABILITY.md, "Redis Sentinel
+	// the service acknowledges the call's intake message, and its approval
+	// before the service releases it (Redis WAIT, for up to
+	// ReplicaAckTimeout; fewer leaves the message to be redelivered and
+	// held again, or the release to be tried again). Redis replicates
+	// asynchronously: with a master and replicas under Sentinel, set 1, so
+	// that a failover cannot lose a call the service took, nor bring back
+	// as pending a call it released (see RELIABILITY.md, "Redis Sentinel
 	// failover"). Default 0: do not wait. Not with a Redis Cluster client,
 	// which cannot wait on the connection that wrote.
 	ReplicaAcks int
@@ -608,8 +610,13 @@ const (
 // the caller's deadline has passed, when the caller is answered
 // overloaded and the call is marked undeliverable (never released, never
 // run; the dashboard is sent approval.undeliverable, not
-// approval.approved).
+// approval.approved). With Config.ReplicaAcks, a call is released only
+// once that many Redis replicas have its approval: a failover cannot
+// bring back as pending a call that ran.
 func (s *Service) release(ctx context.Context, h *HeldCall) error {
+	if err := s.store.waitReplicas(ctx, h); err != nil {
+		return err
+	}
 	timeout := windlass.DefaultTimeout
 	if info, err := s.cfg.Registry.Lookup(ctx, h.Tool); err == nil {
 		timeout = info.Spec.Timeout

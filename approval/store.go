@@ -120,9 +120,11 @@ type store struct {
 // replicas to have it.
 const ReplicaAckTimeout = time.Second
 
-// ErrNotReplicated is a hold that fewer replicas than Config.ReplicaAcks
-// acknowledged within ReplicaAckTimeout: a failover now could lose it, so
-// the call is left for redelivery, to be held again.
+// ErrNotReplicated is a hold or an approval that fewer replicas than
+// Config.ReplicaAcks acknowledged within ReplicaAckTimeout: a failover now
+// could lose it, so a call to hold is left for redelivery, to be held
+// again, and an approved call is not released yet (the release is tried
+// again, as any failed one).
 var ErrNotReplicated = errors.New("approval: the hold has not reached enough Redis replicas")
 
 // index is the hash tag of the state and the indexes.
@@ -327,12 +329,13 @@ func (s *store) hold(ctx context.Context, h *HeldCall) (bool, error) {
 	return n == 1, nil
 }
 
-// waitReplicas waits until s.replicaAcks replicas have the hold of h (for
-// a call held before too: it may be held on a master that is no longer
-// followed). WAIT counts the writes of its own connection, and the hold's
-// two writes may have gone through others, so it follows a write of its
-// own on the same connection: the master's replication stream is ordered,
-// and a replica that has this write has the hold's.
+// waitReplicas waits until s.replicaAcks replicas have every write made
+// so far of h: its hold (for a call held before too: it may be held on a
+// master that is no longer followed), or its approval, before the call is
+// released on it. WAIT counts the writes of its own connection, and h's
+// writes may have gone through others, so it follows a write of its own
+// on the same connection: the master's replication stream is ordered, and
+// a replica that has this write has the ones before.
 func (s *store) waitReplicas(ctx context.Context, h *HeldCall) error {
 	if s.replicaAcks <= 0 {
 		return nil
@@ -341,10 +344,10 @@ func (s *store) waitReplicas(ctx context.Context, h *HeldCall) error {
 	pipe.PExpireAt(ctx, s.bodyKey(h.ID), h.ExpiresAt.Add(s.retention))
 	acks := pipe.Do(ctx, "WAIT", s.replicaAcks, ReplicaAckTimeout.Milliseconds())
 	if _, err := pipe.Exec(ctx); err != nil {
-		return fmt.Errorf("approval: hold %q: wait for replicas: %w", h.ID, err)
+		return fmt.Errorf("approval: call %q: wait for replicas: %w", h.ID, err)
 	}
 	if got, _ := acks.Int64(); got < int64(s.replicaAcks) {
-		return fmt.Errorf("approval: hold %q: %d of %d replicas have it after %s: %w", h.ID, got, s.replicaAcks, ReplicaAckTimeout, ErrNotReplicated)
+		return fmt.Errorf("approval: call %q: %d of %d replicas have it after %s: %w", h.ID, got, s.replicaAcks, ReplicaAckTimeout, ErrNotReplicated)
 	}
 	return nil
 }

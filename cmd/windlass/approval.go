@@ -180,7 +180,7 @@ func approvalFlags(fs *flag.FlagSet) *approvalOptions {
 		webhookSecrets:       stringFlag(fs, "webhook-secrets", "", "comma-separated whsec_ secrets (several during rotation)"),
 		window:               durationFlag(fs, "window", approval.DefaultWindow, "default approval window"),
 		retention:            durationFlag(fs, "retention", approval.DefaultRetention, "how long decided calls and the audit and webhook logs are kept (export the audit log with windlass approvals audit)"),
-		replicaAcks:          intFlag(fs, "replica-acks", 0, "Redis replicas that must have a held call before the service takes it (WAIT): 1 with Sentinel, so a failover loses no held call; 0 (no wait) with one Redis or a Cluster"),
+		replicaAcks:          intFlag(fs, "replica-acks", 0, "Redis replicas that must have a held call before the service takes it, and its approval before it releases it (WAIT): 1 with Sentinel, so a failover loses no held call and brings back no released one; 0 (no wait) with one Redis or a Cluster"),
 		allowPrivateWebhooks: boolFlag(fs, "allow-private-webhooks", false, "allow webhook URLs on loopback or private addresses (development)"),
 	}
 }
