@@ -1,6 +1,7 @@
 package worker_test
 
 import (
+	"context"
 	"encoding/json"
 	"log/slog"
 	"slices"
@@ -127,4 +128,27 @@ func TestWorkerFollowsAShorterConsumerAckWait(t *testing.T) {
 	// 12 s: in-progress acks every 4 s, past the consumer's 2 s, unless
 	// the worker follows it.
 	b.longCallRunsOnce(worker.Config{AckWait: 12 * time.Second}, "the worker's in-progress acks did not follow the consumer's ack wait")
+}
+
+// TestRunStoppedWhileStartingIsNoFailure: a worker whose context ends
+// while it starts (here, before) returns nil, as after any stop it was
+// asked for; before, it returned the context's error from whichever step
+// it was in — an UpdateConsumer worker stopped while its update was on
+// its way failed TestConsumerKeepsTheFirstWorkersSettings in a loaded run.
+func TestRunStoppedWhileStartingIsNoFailure(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	var runs atomic.Int64
+	w, err := worker.New(worker.Config{JetStream: b.js, UpdateConsumer: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Register(countingEcho(&runs)); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := w.Run(ctx); err != nil {
+		t.Errorf("Run with its context ended = %v; want nil", err)
+	}
 }

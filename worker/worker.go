@@ -353,9 +353,15 @@ func (w *Worker) Register(tool windlass.Tool, opts ...ToolOption) error {
 }
 
 // Run serves the registered tools until ctx ends, then shuts down as the
-// package doc describes. It returns nil after a clean shutdown, or the error
-// that kept it from starting (streams, consumers, a registry conflict).
-func (w *Worker) Run(ctx context.Context) error {
+// package doc describes. It returns nil after a clean shutdown (also when
+// ctx ends while it starts), or the error that kept it from starting
+// (streams, consumers, a registry conflict).
+func (w *Worker) Run(ctx context.Context) (err error) {
+	defer func() {
+		if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			err = nil // stopped while starting, as asked: not a failure to start
+		}
+	}()
 	tools, err := w.claimTools()
 	if err != nil {
 		return err
