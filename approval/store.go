@@ -267,28 +267,19 @@ audit(KEYS[5], KEYS[1], 'event', 'canceled', 'call_id', ARGV[1], 'actor', 'calle
 return 'canceled'
 `)
 
-// releasedScript marks an approved call released, once, and takes it out
-// of the unreleased set.
-// KEYS: call, audit, unreleased. ARGV: id.
-var releasedScript = redis.NewScript(auditLua + `
-redis.call('ZREM', KEYS[3], ARGV[1])
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end -- deleted by the retention meanwhile
-if redis.call('HGET', KEYS[1], 'released') == '1' then return 0 end
-redis.call('HSET', KEYS[1], 'released', '1')
-audit(KEYS[2], KEYS[1], 'event', 'released', 'call_id', ARGV[1], 'actor', 'system')
-return 1
-`)
-
-// undeliverableScript closes an approved call that cannot be released,
-// once: its caller was answered instead (the code and the reason). It
-// leaves the unreleased set, and is not marked released.
-// KEYS: call, audit, unreleased. ARGV: id, code, reason.
-var undeliverableScript = redis.NewScript(auditLua + `
+// closedScript ends an approved call's release, once: ARGV[2] is
+// "released" (published to its tool; ARGV[3] "1") or "undeliverable" (it
+// never can be, its caller answered instead; ARGV[3] the code). Either
+// takes it out of the unreleased set and writes the field and an audit
+// entry of that name; the first to come stands.
+// KEYS: call, audit, unreleased. ARGV: id, field, value, then the audit
+// entry's other fields and values.
+var closedScript = redis.NewScript(auditLua + `
 redis.call('ZREM', KEYS[3], ARGV[1])
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end -- deleted by the retention meanwhile
 if redis.call('HGET', KEYS[1], 'released') == '1' or redis.call('HEXISTS', KEYS[1], 'undeliverable') == 1 then return 0 end
-redis.call('HSET', KEYS[1], 'undeliverable', ARGV[2])
-audit(KEYS[2], KEYS[1], 'event', 'undeliverable', 'call_id', ARGV[1], 'actor', 'system', 'code', ARGV[2], 'reason', ARGV[3])
+redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])
+audit(KEYS[2], KEYS[1], 'event', ARGV[2], 'call_id', ARGV[1], 'actor', 'system', unpack(ARGV, 4))
 return 1
 `)
 
@@ -422,16 +413,21 @@ func (s *store) cancel(ctx context.Context, id, reason string, now time.Time) (b
 }
 
 func (s *store) markReleased(ctx context.Context, id string) error {
-	if err := releasedScript.Run(ctx, s.rc, []string{s.callKey(id), s.auditKey(), s.unreleasedKey()}, id).Err(); err != nil {
+	if err := closedScript.Run(ctx, s.rc, s.closedKeys(id), id, "released", "1").Err(); err != nil {
 		return fmt.Errorf("approval: mark %q released: %w", id, err)
 	}
 	return nil
 }
 
+// closedKeys are closedScript's keys for call id.
+func (s *store) closedKeys(id string) []string {
+	return []string{s.callKey(id), s.auditKey(), s.unreleasedKey()}
+}
+
 // markUndeliverable closes an approved call that cannot be released, its
-// caller answered code with reason instead (see undeliverableScript).
+// caller answered code with reason instead (see closedScript).
 func (s *store) markUndeliverable(ctx context.Context, id string, code windlass.ErrorCode, reason string) error {
-	if err := undeliverableScript.Run(ctx, s.rc, []string{s.callKey(id), s.auditKey(), s.unreleasedKey()}, id, string(code), reason).Err(); err != nil {
+	if err := closedScript.Run(ctx, s.rc, s.closedKeys(id), id, "undeliverable", string(code), "code", string(code), "reason", reason).Err(); err != nil {
 		return fmt.Errorf("approval: mark %q undeliverable: %w", id, err)
 	}
 	return nil

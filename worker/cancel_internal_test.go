@@ -116,9 +116,7 @@ func storeCancellation(t *testing.T, js jetstream.JetStream, callID string) {
 
 // has reports whether the cancellation of callID is applied.
 func (c *cancellations) has(callID string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	_, ok := c.canceled[layout.CallToken(callID)]
+	_, ok := c.lookedUp(layout.CallToken(callID))
 	return ok
 }
 
