@@ -116,8 +116,12 @@ type policy struct {
 // pure function of its arguments but for the jitter of a retry's delay.
 func decide(call windlass.ToolCall, result windlass.ToolResult, cause error, p policy) outcome {
 	switch {
-	case errors.Is(cause, errShutdown) && result.IsError:
-		// The worker's grace ran out under the call: another worker runs it.
+	case errors.Is(cause, errShutdown) && result.Code() == windlass.CodeCanceled:
+		// The worker's grace ran out under the call, which ended canceled
+		// for it: another worker runs it. Only then: cause is read once
+		// the tool has answered, so a tool that answered an error of its
+		// own (or timed out) just before the grace ran out finds it set
+		// too, and its answer stands — handed back, it would run again.
 		return outcome{verb: verbRequeue, count: countRequeued,
 			note: "worker: call interrupted by shutdown; handing it back", level: slog.LevelInfo}
 	case result.Code() == windlass.CodeInvalidArguments:
