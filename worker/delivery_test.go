@@ -510,6 +510,58 @@ func TestRedeliveredCallWithAResultIsAckedWithoutRunning(t *testing.T) {
 	}
 }
 
+// TestARedeliveryWhoseAnswerCannotBeReadIsNotRun redelivers a call whose
+// answer is stored (its last worker answered and was lost before its ack
+// landed) to a worker that cannot read the results stream: the call is
+// handed back, not run — also past MaxDeliver, where it is not buried
+// either — and once the stream can be read, it is acked without running.
+// Before, a read that failed was taken for "no answer", and the tool ran
+// again because its worker's ack was lost.
+func TestARedeliveryWhoseAnswerCannotBeReadIsNotRun(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	blocker := &fleettest.ReadBlocker{Stream: layout.ResultsStream}
+	blocker.Block(true)
+	js, err := jetstream.New(b.nats.Connect(t, nats.SetCustomDialer(blocker)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec executions
+	tool := failing("once", &rec, func(int) error { return nil })
+	cons := b.createConsumer("once", 300*time.Millisecond)
+	seq := b.publishSeq(windlass.ToolCall{ID: "answered", Name: "once", Arguments: json.RawMessage(`{}`)})
+	b.takeAndLose(cons, "answered")
+	b.publishResult(windlass.ToolResult{CallID: "answered", Name: "once", Content: "from the lost worker", Attempt: 1, Worker: "lost"})
+	if r := b.result(5 * time.Second); r.Content != "from the lost worker" {
+		t.Fatalf("first result = %+v", r)
+	}
+	const maxDeliver = 2
+	w, _ := b.start(worker.Config{JetStream: js, AckWait: 300 * time.Millisecond, MaxDeliver: maxDeliver}, tool)
+	// Two hand-backs: the second delivery, and the third, past MaxDeliver.
+	fleettest.WaitFor(t, 30*time.Second, "the call handed back twice, or run", func() bool { return w.Stats().Requeued >= 2 || rec.count() > 0 })
+	if n := rec.count(); n != 0 {
+		t.Fatalf("the tool ran %d times for a call whose answer could not be read", n)
+	}
+	if blocker.Lost() == 0 {
+		t.Fatal("no read was lost")
+	}
+	blocker.Block(false)
+	fleettest.WaitFor(t, 30*time.Second, "the redelivery acked unrun", func() bool { return w.Stats().AlreadyAnswered == 1 })
+	b.callGone("once", seq)
+	if n := rec.count(); n != 0 {
+		t.Errorf("the tool ran %d times for a call already answered", n)
+	}
+	if s := w.Stats(); s.Completed != 0 || s.Failed != 0 || s.Dead != 0 {
+		t.Errorf("stats = %+v; want nothing answered or dead", s)
+	}
+	if dc, dead := b.deadCall("once", "answered"); dead {
+		t.Errorf("an answered call was recorded dead: %+v", dc)
+	}
+	if stored, ok := b.storedResult("answered"); !ok || stored.Content != "from the lost worker" {
+		t.Errorf("stored result = %+v (%t)", stored, ok)
+	}
+}
+
 // TestSecondResultIsDroppedAndCounted runs a call that already has an
 // answer (a cancel raced it, or a stale worker): the worker's own result is
 // dropped by the results stream, counted as a duplicate, and the first

@@ -76,8 +76,9 @@
 // at once, and one drainer acks each call as its result's acknowledgement
 // comes, so a call's slot is free for the next call while its result is
 // stored; a malformed message is answered when its id can be read and
-// terminated; a call interrupted by shutdown is nacked so another worker
-// runs it; a refused message (a gated tool's call without a valid release,
+// terminated; a call interrupted by shutdown (its tool's context ended
+// by it, the call answered canceled) is nacked so another worker runs
+// it — a tool's own answer that came first stands; a refused message (a gated tool's call without a valid release,
 // or any call on another call's subject) is recorded and terminated, with
 // no result.
 //

@@ -168,27 +168,38 @@ func dropped(reason release.Reason, detail string) outcome {
 // effects. It goes before the deliveries' bound: an answered call is not
 // dead, however many deliveries it took. (A gated call was looked up by
 // admitGated.)
+//
+// When the results stream cannot be read, the call is handed back for a
+// later delivery, not run: a redelivery is what a lost ack leaves, so its
+// answer may well be stored, and a tool must not run again because a read
+// failed after it answered. It is not answered either (nor buried by the
+// deliveries' bound, which comes after): until the stream can be read,
+// which answers it already has is unknown.
 func (w *Worker) alreadyAnswered(d *delivery) (outcome, bool) {
-	if d.released || d.call.Attempt == 1 || !w.answered(d.ctx, d.call.ID) {
+	if d.released || d.call.Attempt == 1 {
+		return outcome{}, false
+	}
+	_, ok, err := w.storedResult(d.ctx, d.call.ID)
+	switch {
+	case err != nil:
+		o := handedBack("could not read whether the redelivered call was answered", err)
+		o.delay = unreadRetryDelay
+		return o, true
+	case !ok:
 		return outcome{}, false
 	}
 	w.freeSlotOf(d) // its earlier worker may have been lost before it freed the slot
 	return ackedUnrun(countAlreadyAnswered, "worker: redelivered call already answered; acking without running"), true
 }
 
+// unreadRetryDelay is the wait before a call handed back because what it
+// needs could not be read is delivered again.
+const unreadRetryDelay = time.Second
+
 // ackedUnrun is the outcome of a call acked without running or answering:
 // its answer is stored already.
 func ackedUnrun(c counter, note string) outcome {
 	return outcome{verb: verbAck, count: c, note: note, level: slog.LevelInfo}
-}
-
-// answered reports whether the call already has a result in the results
-// stream (see storedResult). When it cannot tell, it says no: for an ungated
-// call running again is safe (at least once), skipping a call that has no
-// answer is not. A gated call never runs on this guess (admitGated).
-func (w *Worker) answered(ctx context.Context, callID string) bool {
-	_, ok, _ := w.storedResult(ctx, callID)
-	return ok
 }
 
 // outOfDeliveries buries a call delivered more often than Config.MaxDeliver
@@ -318,7 +329,7 @@ func (w *Worker) unfetched(d *delivery, err error) outcome {
 		r = windlass.ErrorResult(d.call, windlass.CodePayloadUnreadable, fmt.Sprintf(
 			"The arguments of the call to %q, stored by reference, cannot be used: %v. The tool did not run.", d.call.Name, err))
 	default:
-		return outcome{verb: verbRequeue, delay: time.Second, count: countRequeued, note: "worker: could not fetch the call's arguments; handing it back", level: slog.LevelWarn,
+		return outcome{verb: verbRequeue, delay: unreadRetryDelay, count: countRequeued, note: "worker: could not fetch the call's arguments; handing it back", level: slog.LevelWarn,
 			attrs: []any{"error", err}}
 	}
 	r.Worker = w.cfg.ID

@@ -34,14 +34,69 @@ func (d *AckDropper) Dial(network, address string) (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &dropConn{Conn: c, d: d}, nil
+	return &dropConn{Conn: c, drop: d.isTheAck}, nil
+}
+
+// isTheAck reports whether a frame is the acknowledgement to drop — a MSG
+// (no headers) whose small JSON body names the stream and is not a
+// duplicate's — and if it is, marks it dropped.
+func (d *AckDropper) isTheAck(head, body []byte) bool {
+	return bytes.HasPrefix(head, []byte("MSG ")) && len(body) < 300 && d.armed.Load() &&
+		bytes.Contains(body, []byte(`"stream":"`+d.Stream+`"`)) && !bytes.Contains(body, []byte(`"duplicate"`)) &&
+		d.dropped.CompareAndSwap(false, true)
+}
+
+// ReadBlocker dials real connections (for nats.SetCustomDialer) that,
+// while blocking, lose every message of Stream a direct get returns (a
+// reply carrying the stream's Nats-Stream header): the read times out, as
+// one does while the stream's leader cannot be reached — what a real
+// server cannot be made to do to one client's reads alone. Everything
+// else passes: the client's publishes, acknowledgements and deliveries.
+type ReadBlocker struct {
+	// Stream whose reads are lost.
+	Stream string
+
+	blocking atomic.Bool
+	lost     atomic.Int64
+}
+
+// Block starts (true) or stops (false) losing the reads.
+func (b *ReadBlocker) Block(on bool) { b.blocking.Store(on) }
+
+// Lost is how many read replies were lost so far.
+func (b *ReadBlocker) Lost() int64 { return b.lost.Load() }
+
+// Dial implements nats.CustomDialer.
+func (b *ReadBlocker) Dial(network, address string) (net.Conn, error) {
+	c, err := net.Dial(network, address)
+	if err != nil {
+		return nil, err
+	}
+	return &dropConn{Conn: c, drop: b.isARead}, nil
+}
+
+// isARead reports whether a frame is a read of the stream to lose, and
+// counts it if it is.
+func (b *ReadBlocker) isARead(head, body []byte) bool {
+	if !b.blocking.Load() || !bytes.HasPrefix(head, []byte("HMSG ")) {
+		return false
+	}
+	hdrLen := 0
+	if f := bytes.Fields(head); len(f) >= 2 {
+		hdrLen, _ = strconv.Atoi(string(f[len(f)-2]))
+	}
+	if hdrLen > len(body) || !bytes.Contains(body[:hdrLen], []byte("Nats-Stream: "+b.Stream+"\r\n")) {
+		return false
+	}
+	b.lost.Add(1)
+	return true
 }
 
 // dropConn reads whole protocol frames from the server and hands them on,
-// less the acknowledgement to drop.
+// less those drop says to lose.
 type dropConn struct {
 	net.Conn
-	d       *AckDropper
+	drop    func(head, body []byte) bool
 	mu      sync.Mutex
 	in, out []byte // read, not yet framed; framed, for the client
 }
@@ -63,9 +118,7 @@ func (c *dropConn) Read(b []byte) (int, error) {
 	return n, nil
 }
 
-// frame moves every complete frame from in to out, except the one
-// acknowledgement to drop: a MSG (no headers) whose small JSON body names
-// the stream and is not a duplicate's.
+// frame moves every complete frame from in to out, except those to drop.
 func (c *dropConn) frame() {
 	for {
 		i := bytes.Index(c.in, []byte("\r\n"))
@@ -81,7 +134,7 @@ func (c *dropConn) frame() {
 			}
 			body := c.in[end : end+size]
 			end += size + 2
-			if bytes.HasPrefix(line, []byte("MSG ")) && c.isTheAck(body) {
+			if c.drop(line, body) {
 				c.in = c.in[end:]
 				continue
 			}
@@ -89,12 +142,4 @@ func (c *dropConn) frame() {
 		c.out = append(c.out, c.in[:end]...)
 		c.in = c.in[end:]
 	}
-}
-
-// isTheAck reports whether body is the acknowledgement to drop, and if it
-// is, marks it dropped.
-func (c *dropConn) isTheAck(body []byte) bool {
-	return len(body) < 300 && c.d.armed.Load() &&
-		bytes.Contains(body, []byte(`"stream":"`+c.d.Stream+`"`)) && !bytes.Contains(body, []byte(`"duplicate"`)) &&
-		c.d.dropped.CompareAndSwap(false, true)
 }
