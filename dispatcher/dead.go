@@ -25,6 +25,13 @@ const MetadataReplayOf = "windlass.replay_of"
 // holds no dead call (replayed already, or past its retention).
 var ErrNoDeadCall = errors.New("dispatcher: no such dead call")
 
+// ErrAnsweredSince is returned by [Dispatcher.Replay] for a dead record
+// whose call has a successful answer: the worker that recorded it could
+// not store its error answer, the call was delivered again and succeeded,
+// so it is not dead, and a replay would only run it again. Replay deletes
+// such a record.
+var ErrAnsweredSince = errors.New("dispatcher: the dead call was answered successfully since")
+
 // DeadCalls lists the calls the fleet gave up on — their deliveries or
 // retries ran out — oldest first, with the answer their callers got. tool
 // filters by tool ("" lists all); at most limit are returned (0: 100).
@@ -93,6 +100,9 @@ func (d *Dispatcher) Replay(ctx context.Context, seq uint64, opts ...CallOption)
 	if err := json.Unmarshal(m.Data, &dc); err != nil {
 		return "", fmt.Errorf("dispatcher: replay %d: decode the dead call: %w", seq, err)
 	}
+	if err := d.stillDead(ctx, seq, dc); err != nil {
+		return "", err
+	}
 	if dc.ArgumentsOmitted {
 		return "", fmt.Errorf("dispatcher: replay %d: the record of %q holds no arguments (they were too large to keep), so it cannot be replayed; submit the call again", seq, dc.Call.ID)
 	}
@@ -121,6 +131,30 @@ func (d *Dispatcher) Replay(ctx context.Context, seq uint64, opts ...CallOption)
 		return id, fmt.Errorf("dispatcher: replayed %q as %q, but deleting its dead record failed: %w", dc.Call.ID, id, err)
 	}
 	return id, nil
+}
+
+// stillDead checks, before a replay, that dead record dc at seq is of a
+// call that has no successful answer. A worker records a dead call before
+// it stores the call's error answer; when that store fails the call is
+// delivered again, and may succeed: its record then stands for a call
+// that is not dead, and a replay would run it a second time. Such a record
+// is deleted and the replay refused (ErrAnsweredSince); one whose answer
+// cannot be read now is refused too (ErrUnavailable): it may be such a
+// record.
+func (d *Dispatcher) stillDead(ctx context.Context, seq uint64, dc windlass.DeadCall) error {
+	r, _, err := d.storedResult(ctx, dc.Call.ID)
+	switch {
+	case errors.Is(err, ErrNoResult):
+		return nil
+	case err != nil:
+		return fmt.Errorf("%w: replay %d: the answer of %q could not be read to tell whether it succeeded since: %w", ErrUnavailable, seq, dc.Call.ID, err)
+	case r.IsError:
+		return nil // its death's answer, or another error: dead
+	}
+	if err := d.dead.DeleteMsg(ctx, seq); err != nil && !d.deadGone(ctx, seq) {
+		return fmt.Errorf("%w: %q (worker %s, attempt %d); deleting its dead record %d failed: %w", ErrAnsweredSince, dc.Call.ID, r.Worker, r.Attempt, seq, err)
+	}
+	return fmt.Errorf("%w: %q (worker %s, attempt %d); its dead record %d is deleted, not replayed", ErrAnsweredSince, dc.Call.ID, r.Worker, r.Attempt, seq)
 }
 
 // deadGone reports whether the dead record at seq is certainly gone, after

@@ -878,3 +878,52 @@ func TestReplaysOfOneRecordAtOnceAreOneCall(t *testing.T) {
 		t.Errorf("the dead call ran %d times; want once", n)
 	}
 }
+
+// TestADeadCallAnsweredSinceIsNotReplayed: a worker records a dead call
+// before it stores the call's error answer; when that store fails the
+// call is delivered again and may succeed. Replaying its record would run
+// a call that succeeded a second time: the replay is refused
+// (ErrAnsweredSince) and the stale record deleted. A record whose call's
+// answer is an error replays as before. Before, both were replayed.
+func TestADeadCallAnsweredSinceIsNotReplayed(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int64
+	tool := windlass.MustFunc("charge", func(ctx context.Context, _ struct{}) (string, error) {
+		runs.Add(1)
+		return "charged", nil
+	})
+	e := newEnv(t, tool)
+	deadRecord := func(id string) uint64 {
+		dc := windlass.DeadCall{Call: windlass.ToolCall{ID: id, Name: "charge", Arguments: json.RawMessage(`{}`)},
+			Error: windlass.CallError{Code: windlass.CodeUnavailable, Message: "down", Retryable: true}, Deliveries: 3, DiedAt: time.Now(), Origin: e.d.ID()}
+		data, _ := json.Marshal(dc)
+		ack, err := e.JetStream().Publish(t.Context(), layout.DeadSubject("charge"), data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ack.Sequence
+	}
+	succeeded := deadRecord("charge-succeeded-since")
+	e.publishResult(e.d.ID(), windlass.ToolResult{CallID: "charge-succeeded-since", Name: "charge", Content: "charged", Attempt: 4, Worker: "w2"}, "")
+	id, err := e.d.Replay(t.Context(), succeeded)
+	if !errors.Is(err, dispatcher.ErrAnsweredSince) || id != "" {
+		t.Errorf("Replay of a call that succeeded since = %q, %v; want ErrAnsweredSince", id, err)
+	}
+	if _, err := e.d.Replay(t.Context(), succeeded); !errors.Is(err, dispatcher.ErrNoDeadCall) {
+		t.Errorf("a second replay = %v; want ErrNoDeadCall: the stale record is deleted", err)
+	}
+
+	failed := deadRecord("charge-failed")
+	e.publishResult(e.d.ID(), windlass.ToolResult{CallID: "charge-failed", Name: "charge", IsError: true, Content: "down",
+		Error: &windlass.CallError{Code: windlass.CodeUnavailable, Message: "down", Retryable: true}}, "")
+	id, err = e.d.Replay(t.Context(), failed, dispatcher.WithTimeout(10*time.Second))
+	if err != nil {
+		t.Fatalf("Replay of a call that failed = %q, %v", id, err)
+	}
+	if r, err := e.d.Wait(waitCtx(t, 10*time.Second), id); err != nil || r.IsError {
+		t.Fatalf("Wait(%q) = %+v, %v", id, r, err)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Errorf("the tool ran %d times; want once, for the replay of the call that failed", n)
+	}
+}
