@@ -208,7 +208,11 @@ func (w *Worker) byReference(d *delivery, result windlass.ToolResult) (windlass.
 		answer, data := w.tooLarge(result, int(size), limit)
 		return answer, data, nil
 	}
-	stub, err := w.payloads.Offload(d.ctx, result)
+	// Not under the call's context, which the shutdown grace's end
+	// cancels: the tool has answered, and an answer left unstored would
+	// run it again on another worker. The upload's retries bound it (as
+	// publishDurably's bound the publish), the heartbeat keeps the call.
+	stub, err := w.payloads.Offload(context.WithoutCancel(d.ctx), result)
 	if err != nil {
 		return result, nil, fmt.Errorf("store the result by reference: %w", err)
 	}
