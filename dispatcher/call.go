@@ -121,7 +121,7 @@ type prepared struct {
 	ownID    bool        // the caller chose the id: a resubmit must be recognised
 	gated    bool        // published for the approval service, not the tool
 	large    []byte      // arguments too large for the message: they go by reference
-	argsHash string      // the arguments' canonical hash, for a caller's own id
+	argsHash string      // the arguments' canonical hash
 	opts     callOptions // as the caller set them
 	counted  *counted    // its count in the metrics; nil: metrics off, or counted by another submit
 	held     *heldSlot   // its slot under the limits' caps; nil: none taken here
@@ -177,13 +177,12 @@ func (d *Dispatcher) prepare(ctx context.Context, name string, args any, opts []
 	}
 	call.Arguments = raw
 	gated := d.gated(ctx, info.Spec, call.ID, raw)
-	if o.id != "" {
-		// A resubmit of this id must be this call: same tool, same
-		// arguments (see conflict). Only a caller's own id can be
-		// submitted twice on purpose, so only it pays for the hash.
-		if p.argsHash, err = release.ArgumentsHash(raw); err != nil {
-			return nil, &windlass.CallError{Code: windlass.CodeInvalidArguments, Message: fmt.Sprintf("arguments: %v", err)}
-		}
+	// A resubmit of this id must be this call: same tool, same arguments
+	// (see conflict). Every call records its arguments' hash, a generated
+	// id too: a caller learns it (Submit returns it) and may submit it as
+	// its own, which is the same call only with the same arguments.
+	if p.argsHash, err = release.ArgumentsHash(raw); err != nil {
+		return nil, &windlass.CallError{Code: windlass.CodeInvalidArguments, Message: fmt.Sprintf("arguments: %v", err)}
 	}
 	call.SpecHash = info.Hash // the pin, if any, is this
 	call.Deadline = d.deadline(ctx, *o, info.Spec, gated)
@@ -430,8 +429,9 @@ func (d *Dispatcher) byReference(ctx context.Context, p *prepared) error {
 }
 
 // conflict is the id_conflict refusal of a call whose id is taken by the
-// call rec records: another tool, or other arguments (when both submits
-// chose the id, so both have a hash); nil when it is the same call.
+// call rec records: another tool, or other arguments (when both have a
+// hash: a record of an older protocol's may not); nil when it is the same
+// call.
 func conflict(p *prepared, rec callRecord) error {
 	var differs string
 	switch {
@@ -588,22 +588,15 @@ func (d *Dispatcher) call(ctx context.Context, p *prepared) (windlass.ToolResult
 	defer cancel()
 	ch := make(chan windlass.ToolResult, 1)
 	if _, loaded := d.pending.LoadOrStore(p.call.ID, ch); loaded {
-		// The same id is in flight on this instance: a retried Call. If it
-		// is the same call (tool and arguments), wait for its one result,
-		// as a retry on another instance does.
-		p.counted.duplicate()
-		if rec, ok := d.recordOf(waitCtx, p.call.ID, true); ok {
-			if err := conflict(p, rec); err != nil {
-				return refusal(name, err)
-			}
-		}
-		r, err := d.Wait(waitCtx, p.call.ID)
-		if err != nil {
-			return d.timedOut(ctx, p.call)
-		}
-		return r, nil
+		// A Call of this id is in flight on this instance: a retry. It is
+		// published too, not taken for published: the first may not have
+		// been (refused, its publish failed), and the look-up before the
+		// publish and the stream's deduplication make the two one call,
+		// or refuse this one id_conflict. Either way it waits by id.
+		ch = nil
+	} else {
+		defer d.pending.CompareAndDelete(p.call.ID, ch)
 	}
-	defer d.pending.CompareAndDelete(p.call.ID, ch)
 	duplicate, err := d.publish(waitCtx, p)
 	if err != nil {
 		r, err := refusal(name, err)
@@ -612,10 +605,12 @@ func (d *Dispatcher) call(ctx context.Context, p *prepared) (windlass.ToolResult
 		}
 		return r, err
 	}
-	if duplicate {
+	if duplicate || ch == nil {
 		// Submitted before, maybe from another instance: its result may go
 		// to that instance's subject, so wait for it by call id.
-		d.pending.CompareAndDelete(p.call.ID, ch)
+		if ch != nil {
+			d.pending.CompareAndDelete(p.call.ID, ch)
+		}
 		r, err := d.Wait(waitCtx, p.call.ID)
 		if err != nil {
 			return d.timedOut(ctx, p.call)
@@ -639,7 +634,10 @@ func (d *Dispatcher) call(ctx context.Context, p *prepared) (windlass.ToolResult
 // stream is checked once more: the result may have raced the deadline.
 // Only a stream that says it has no result makes it a timeout: one that
 // cannot be read (the connection lost, a leader election) may hold the
-// tool's answer, so the caller is told unavailable, to ask again.
+// tool's answer, so the caller is told unavailable, to ask again. So is
+// the caller of a call whose deadline, as stored when it was first
+// submitted, is still ahead: a retry with less time left did not see it
+// time out.
 func (d *Dispatcher) timedOut(ctx context.Context, call windlass.ToolCall) (windlass.ToolResult, error) {
 	if ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		r := windlass.ErrorResult(call, windlass.CodeCanceled, fmt.Sprintf("The call to %q was abandoned by its caller.", call.Name))
@@ -654,6 +652,16 @@ func (d *Dispatcher) timedOut(ctx context.Context, call windlass.ToolCall) (wind
 	case errors.Is(err, ErrUnavailable):
 		return unfetched(call, err), err // it has a result: not a timeout
 	case errors.Is(err, ErrNoResult):
+		if k, err := d.find(fetchCtx, call.ID); err == nil && k.found && k.result == nil && k.rec.deadline.After(time.Now()) {
+			// A retry of a call submitted before with a later deadline (a
+			// caller's own id): this wait ended at its own deadline, the
+			// call has not, and may yet succeed.
+			r := windlass.ErrorResult(call, windlass.CodeUnavailable, fmt.Sprintf(
+				"The call %q to %q is still queued or running: its deadline, set when it was first submitted, is %s; this wait for it ended before. Ask for its status or result later.",
+				call.ID, call.Name, k.rec.deadline.Format(time.RFC3339Nano)))
+			r.CallID = call.ID
+			return r, fmt.Errorf("%w: call %q is still queued or running (its deadline is %s)", ErrUnavailable, call.ID, k.rec.deadline.Format(time.RFC3339Nano))
+		}
 		return windlass.ErrorResult(call, windlass.CodeTimeout, fmt.Sprintf("Tool %q timed out: no result before the call's deadline (%s).", call.Name, call.Deadline.Format(time.RFC3339Nano))), nil
 	}
 	r = windlass.ErrorResult(call, windlass.CodeUnavailable, fmt.Sprintf(
@@ -778,12 +786,14 @@ func (d *Dispatcher) Wait(ctx context.Context, callID string) (windlass.ToolResu
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 	// A call submitted on this instance is answered on its results
-	// subscription too (where permissions may deny the per-call one).
+	// subscription too (where permissions may deny the per-call one). A
+	// waiter is not a Call: a Call of this id made here meanwhile is
+	// published, not taken for in flight (see call).
 	own := make(chan windlass.ToolResult, 1)
-	if _, loaded := d.pending.LoadOrStore(callID, own); loaded {
-		own = nil // a Call here waits for it; the stream and the subscription serve this wait
+	if _, loaded := d.waiters.LoadOrStore(callID, own); loaded {
+		own = nil // another Wait here has it; the stream and the subscription serve this one
 	} else {
-		defer d.pending.CompareAndDelete(callID, own)
+		defer d.waiters.CompareAndDelete(callID, own)
 	}
 	poll := time.NewTimer(0)
 	defer poll.Stop()

@@ -130,7 +130,8 @@ type Dispatcher struct {
 
 	originHeader []string // {cfg.ID}: every call's origin header value, shared
 
-	pending  sync.Map // call id -> chan windlass.ToolResult (buffered 1)
+	pending  sync.Map // call id -> chan windlass.ToolResult (buffered 1): the Call in flight here
+	waiters  sync.Map // call id -> chan windlass.ToolResult (buffered 1): a Wait here
 	counting sync.Map // call id -> *counted: calls published here, in flight in the metrics
 	schemas  sync.Map // spec hash -> *windlass.ArgumentsSchema
 
@@ -305,11 +306,16 @@ func (d *Dispatcher) deliver(r windlass.ToolResult) {
 	d.countResult(r)
 	d.admission.ended(r.CallID)
 	ch, ok := d.pending.LoadAndDelete(r.CallID)
+	if ok {
+		ch.(chan windlass.ToolResult) <- r // buffered 1, and only the one LoadAndDelete winner sends
+	}
+	if w, waiting := d.waiters.LoadAndDelete(r.CallID); waiting {
+		w.(chan windlass.ToolResult) <- r
+		ok = true
+	}
 	if !ok {
 		d.unclaimed.Add(1)
-		return
 	}
-	ch.(chan windlass.ToolResult) <- r // buffered 1, and only the one LoadAndDelete winner sends
 }
 
 // sweepAfterReconnects looks up, after every reconnect to NATS, the result

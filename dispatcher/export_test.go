@@ -16,3 +16,7 @@ func (d *Dispatcher) Prepare(ctx context.Context, name string, args any, opts ..
 // WrapJetStream replaces d's JetStream client, for tests that must force a
 // fault a real server does not show on demand (a lost acknowledgement).
 func WrapJetStream(d *Dispatcher, f func(jetstream.JetStream) jetstream.JetStream) { d.js = f(d.js) }
+
+// WaitingOn reports whether a Wait (or a Watch, which waits) on this
+// instance waits for id's result.
+func (d *Dispatcher) WaitingOn(id string) bool { _, ok := d.waiters.Load(id); return ok }

@@ -26,7 +26,7 @@ type callRecord struct {
 	queuedAt time.Time // when the fleet stored the call
 	deadline time.Time
 	origin   string // where its result goes
-	argsHash string // for a caller's own id: the arguments' canonical hash
+	argsHash string // the arguments' canonical hash
 	key      string // the key it is counted for ("" for the default)
 }
 

@@ -64,8 +64,9 @@ const (
 	HeaderOrigin = "Windlass-Origin"
 	// HeaderProtocol carries the protocol version of the message body.
 	HeaderProtocol = "Windlass-Protocol"
-	// HeaderArgsHash carries, on a call whose caller chose its id, the
-	// canonical SHA-256 of its arguments (see approval/release), and the
+	// HeaderArgsHash carries, on every call (older dispatchers set it
+	// only on a call whose caller chose its id), the canonical SHA-256 of
+	// its arguments (see approval/release), and the
 	// worker copies it to the call's result: a resubmit of the id with
 	// other arguments is refused id_conflict, whether the call is queued,
 	// running or finished.
