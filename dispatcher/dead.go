@@ -15,6 +15,7 @@ import (
 
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/internal/layout"
+	"github.com/windlass-dev/windlass/internal/payload"
 )
 
 // MetadataReplayOf is the metadata key a replayed call carries: the id of
@@ -77,9 +78,11 @@ func readRecords[T any](ctx context.Context, s jetstream.Stream, filter string, 
 }
 
 // Replay sends the dead call recorded at seq back to its tool as a new call,
-// with the same arguments and metadata (plus any [WithMetadata] in opts)
-// and [MetadataReplayOf], a new id (unless [WithCallID] gives one) and a
-// new deadline (from opts, else the usual default). It is checked against
+// with the same arguments (read from the payloads bucket when the record
+// keeps them by reference) and metadata (plus any [WithMetadata] in opts)
+// and [MetadataReplayOf], counted for the same key (unless [WithKey] says
+// another), a new id (unless [WithCallID] gives one) and a new deadline
+// (from opts, else the usual default). It is checked against
 // the tool's current spec like any call. Once the new call is accepted the
 // dead record is deleted, so a call is replayed once. The new id is derived
 // from the dead record (see replayID), so replays of one record made at
@@ -106,6 +109,10 @@ func (d *Dispatcher) Replay(ctx context.Context, seq uint64, opts ...CallOption)
 	if dc.ArgumentsOmitted {
 		return "", fmt.Errorf("dispatcher: replay %d: the record of %q holds no arguments (they were too large to keep), so it cannot be replayed; submit the call again", seq, dc.Call.ID)
 	}
+	args, err := d.deadArguments(ctx, seq, dc)
+	if err != nil {
+		return "", err
+	}
 	// The dead call's metadata, then the caller's (a WithMetadata among
 	// opts adds to it rather than replacing it), and always the mark of
 	// the replay.
@@ -120,8 +127,11 @@ func (d *Dispatcher) Replay(ctx context.Context, seq uint64, opts ...CallOption)
 		maps.Copy(meta, o.metadata)
 		meta[MetadataReplayOf] = dc.Call.ID
 		o.metadata = meta
+		if o.key == "" {
+			o.key = dc.Call.Key // counted for its caller, as the call was
+		}
 	})
-	id, err := d.Submit(ctx, dc.Call.Name, dc.Call.Arguments, opts...)
+	id, err := d.Submit(ctx, dc.Call.Name, args, opts...)
 	if err != nil {
 		// With an id: unconfirmed, the new call may be queued; the dead
 		// record is kept, and its id says whether the replay took.
@@ -131,6 +141,26 @@ func (d *Dispatcher) Replay(ctx context.Context, seq uint64, opts ...CallOption)
 		return id, fmt.Errorf("dispatcher: replayed %q as %q, but deleting its dead record failed: %w", dc.Call.ID, id, err)
 	}
 	return id, nil
+}
+
+// deadArguments returns the arguments dead record dc at seq replays
+// with: its own, or those it points at by reference (the record keeps the
+// reference, and the bucket the object, as long as results), read and
+// checked against the reference as a worker reads them.
+func (d *Dispatcher) deadArguments(ctx context.Context, seq uint64, dc windlass.DeadCall) (json.RawMessage, error) {
+	ref := dc.Call.ArgumentsRef
+	if ref == nil {
+		return dc.Call.Arguments, nil
+	}
+	data, err := d.payloads.Get(ctx, *ref, d.cfg.PayloadLimit)
+	var tooLarge *payload.TooLargeError
+	switch {
+	case errors.Is(err, payload.ErrUnreadable) || errors.As(err, &tooLarge):
+		return nil, fmt.Errorf("dispatcher: replay %d: the arguments of %q, stored by reference, cannot be used: %w; submit the call again", seq, dc.Call.ID, err)
+	case err != nil:
+		return nil, fmt.Errorf("%w: replay %d: the arguments of %q, stored by reference, could not be read: %w", ErrUnavailable, seq, dc.Call.ID, err)
+	}
+	return data, nil
 }
 
 // stillDead checks, before a replay, that dead record dc at seq is of a
