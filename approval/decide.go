@@ -262,7 +262,7 @@ func (s *Service) fits(h *HeldCall, args json.RawMessage) error {
 		return err
 	}
 	call.Arguments, call.ArgumentsRef = args, nil // an edit travels inline
-	data, err := json.Marshal(call)
+	data, err := marshalCall(call)
 	if err != nil {
 		return err
 	}
@@ -320,10 +320,8 @@ func (s *Service) decide(ctx context.Context, id string, d decision) (*HeldCall,
 		if err != nil {
 			return nil, err
 		}
-		if d.approve && h.Status == StatusApproved && !h.Released {
-			if err := s.release(ctx, h); err == nil {
-				h.Released = true
-			}
+		if d.approve && h.Status == StatusApproved && !h.Released && h.Undeliverable == "" {
+			_ = s.release(ctx, h) // it says what came of it in h; a failure is tried again by the sweep
 		}
 		return nil, &DecidedError{Call: h}
 	}
@@ -343,7 +341,6 @@ func (s *Service) decide(ctx context.Context, id string, d decision) (*HeldCall,
 			s.cfg.Logger.ErrorContext(ctx, "approval: release failed; it will be retried", "call_id", id, "error", err)
 			return h, err
 		}
-		h.Released = true
 	}
 	return h, nil
 }

@@ -1,6 +1,7 @@
 package approval
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -603,8 +604,23 @@ const (
 	answerRetry   = 30 * time.Second
 )
 
+// marshalCall encodes a call as the dispatcher does, its arguments as
+// they are: json.Marshal writes each '<', '>' and '&' of a RawMessage as
+// six bytes, so a call the dispatcher measured, with room for its
+// release, could grow past the max payload here.
+func marshalCall(call windlass.ToolCall) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(call); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
+}
+
 // release publishes an approved call to its tool's subject with a signed
-// release, deduplicated by call id, and marks it released. A calls stream
+// release, deduplicated by call id, and marks it released (h.Released), or
+// undeliverable (h.Undeliverable) when it never can be. A calls stream
 // that is full (at its bound) refuses it: the release fails and is tried
 // again every few seconds (resumeReleases) until there is room, or until
 // the caller's deadline has passed, when the caller is answered
@@ -640,7 +656,7 @@ func (s *Service) release(ctx context.Context, h *HeldCall) error {
 		deadline = call.Deadline // the caller's own
 	}
 	call.Deadline = deadline
-	data, err := json.Marshal(call)
+	data, err := marshalCall(call)
 	if err != nil {
 		return err
 	}
@@ -667,7 +683,7 @@ func (s *Service) release(ctx context.Context, h *HeldCall) error {
 		s.cfg.Logger.ErrorContext(ctx, "approval: the approved call is too large to release; answering its caller", "call_id", h.ID, "size", size, "limit", limit)
 		reason := fmt.Sprintf("The call to %q was approved, but with its release it is %d bytes, over the NATS server's max payload of %d bytes, so it cannot be sent to the tool; it was not run.", h.Tool, size, limit)
 		s.answer(ctx, h, windlass.CodePayloadTooLarge, reason)
-		return s.store.markUndeliverable(ctx, h.ID, windlass.CodePayloadTooLarge, reason)
+		return s.undeliverable(ctx, h, windlass.CodePayloadTooLarge, reason)
 	}
 	if _, err := s.js.PublishMsg(ctx, m); err != nil {
 		if layout.IsCallsFull(err) && !callerDeadline.IsZero() && !time.Now().Before(callerDeadline) {
@@ -677,13 +693,27 @@ func (s *Service) release(ctx context.Context, h *HeldCall) error {
 			s.cfg.Logger.WarnContext(ctx, "approval: the calls stream stayed full until the approved call's deadline; answering its caller overloaded", "call_id", h.ID, "tool", h.Tool)
 			reason := fmt.Sprintf("The call to %q was approved, but the fleet's queue was full until the call's deadline (%s), so it was not run.", h.Tool, callerDeadline.Format(time.RFC3339))
 			s.answer(ctx, h, windlass.CodeOverloaded, reason)
-			return s.store.markUndeliverable(ctx, h.ID, windlass.CodeOverloaded, reason)
+			return s.undeliverable(ctx, h, windlass.CodeOverloaded, reason)
 		}
 		// A full calls stream included: the release is tried again
 		// (resumeReleases) while the caller's deadline allows.
 		return fmt.Errorf("approval: release %q: %w", h.ID, err)
 	}
-	return s.store.markReleased(ctx, h.ID)
+	if err := s.store.markReleased(ctx, h.ID); err != nil {
+		return err
+	}
+	h.Released = true
+	return nil
+}
+
+// undeliverable marks h, an approved call whose caller was answered code
+// instead of a run, as never to be released.
+func (s *Service) undeliverable(ctx context.Context, h *HeldCall, code windlass.ErrorCode, reason string) error {
+	if err := s.store.markUndeliverable(ctx, h.ID, code, reason); err != nil {
+		return err
+	}
+	h.Undeliverable = code
+	return nil
 }
 
 // resumeReleases finishes the releases of approved calls a crash (or a

@@ -283,12 +283,22 @@ audit(KEYS[2], KEYS[1], 'event', ARGV[2], 'call_id', ARGV[1], 'actor', 'system',
 return 1
 `)
 
+// bodyScript writes a held call's body, with its expiry, unless it has
+// one: the first message of an id is the call. KEYS: the body. ARGV: the
+// expiry (Unix ms), then the fields and values.
+var bodyScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], unpack(ARGV, 2))
+redis.call('PEXPIREAT', KEYS[1], ARGV[1])
+return 1
+`)
+
 // hold persists a new held call; it reports false for one already held.
 // The bulk is written first, on its own slot, with an expiry (the window
 // and the retention after it) so that a crash before the state is written
 // leaves nothing for good; the redelivered call writes it again.
 func (s *store) hold(ctx context.Context, h *HeldCall) (bool, error) {
-	callJSON, err := json.Marshal(*h.call)
+	callJSON, err := marshalCall(*h.call)
 	if err != nil {
 		return false, err
 	}
@@ -298,10 +308,11 @@ func (s *store) hold(ctx context.Context, h *HeldCall) (bool, error) {
 		ref, _ := json.Marshal(h.ArgumentsRef)
 		body = append(body, "args_ref", string(ref), "args_preview", h.ArgumentsPreview)
 	}
-	pipe := s.rc.TxPipeline() // one key: one slot
-	pipe.HSet(ctx, s.bodyKey(h.ID), body...)
-	pipe.PExpireAt(ctx, s.bodyKey(h.ID), h.ExpiresAt.Add(s.retention))
-	if _, err := pipe.Exec(ctx); err != nil {
+	// Written only when there is none: a second message with a held
+	// call's id (anyone who may publish calls may send one) must not
+	// change what the reviewers see and approve, nor what is released.
+	bodyArgs := append([]any{h.ExpiresAt.Add(s.retention).UnixMilli()}, body...)
+	if err := bodyScript.Run(ctx, s.rc, []string{s.bodyKey(h.ID)}, bodyArgs...).Err(); err != nil {
 		return false, fmt.Errorf("approval: hold %q: %w", h.ID, err)
 	}
 	args := []any{h.ID, h.RequestedAt.UnixMilli(), h.ExpiresAt.UnixMilli(),

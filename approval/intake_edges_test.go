@@ -1,0 +1,134 @@
+package approval_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/windlass-dev/windlass"
+	"github.com/windlass-dev/windlass/approval"
+	"github.com/windlass-dev/windlass/internal/fleettest"
+	"github.com/windlass-dev/windlass/internal/layout"
+)
+
+// TestHTMLArgumentsAreReleasedAsSubmitted: a gated call the dispatcher
+// accepted inline (its size checked with room for the release) holds
+// arguments full of '<', as HTML does. It is held, approved, released and
+// run once, and the reviewer is told released. Before, the service
+// re-encoded the call with json.Marshal, which writes '<' as \u003c (6
+// bytes for 1): the release no longer fit the max payload, the caller was
+// answered payload_too_large for an approved call, and the reviewer was
+// told released: true for a call never published. (Found by a review
+// helper.)
+func TestHTMLArgumentsAreReleasedAsSubmitted(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, nil)
+	// 200,000 '<' fit the dispatcher's inline limit (256 KiB) with the
+	// release's room; escaped they are 1.2 MB, over the 1 MiB max payload.
+	args := json.RawMessage(fmt.Sprintf(`{"to":"bob","amount":1,"memo":%q}`, strings.Repeat("<", 200_000)))
+	id, err := f.d.Submit(t.Context(), "pay", args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := f.held(id)
+	if h.ArgumentsRef != nil {
+		t.Fatalf("held by reference; the test wants an inline call")
+	}
+	code, body := f.do("POST", "/v1/approvals/"+id+"/approve", "alice", map[string]any{"args_hash": h.ArgsHash})
+	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
+	defer cancel()
+	r, err := f.d.Wait(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.IsError || f.runs.Load() != 1 {
+		t.Errorf("an accepted, approved call: caller got %s %.200q (runs %d), want it run once", r.Code(), r.Content, f.runs.Load())
+	}
+	after, _ := f.svc.Get(t.Context(), id)
+	if code != http.StatusOK || body["released"] != true || !after.Released || after.Undeliverable != "" {
+		t.Errorf("approve = %d released=%v; the service's record says released=%v undeliverable=%q; want released", code, body["released"], after.Released, after.Undeliverable)
+	}
+}
+
+// TestAnApprovalThatCannotBeReleasedSaysSo: a gated call that came another
+// way than through a dispatcher (published straight onto the approvals
+// subject) is too large to release. Its approval answers the reviewer
+// "not released, undeliverable payload_too_large", as its record says, and
+// its caller payload_too_large. Before, the reviewer was told released:
+// true for a call never published. (Found by a review helper.)
+func TestAnApprovalThatCannotBeReleasedSaysSo(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, nil)
+	limit := f.JetStream().Conn().MaxPayload()
+	call := windlass.ToolCall{ID: "too-large-to-release", Name: "pay", Deadline: time.Now().Add(time.Hour),
+		Arguments: json.RawMessage(fmt.Sprintf(`{"to":"bob","amount":1,"memo":%q}`, strings.Repeat("x", int(limit)-600)))}
+	data, _ := json.Marshal(call)
+	if _, err := f.JetStream().PublishMsg(t.Context(), &nats.Msg{Subject: layout.ApprovalSubject("pay"), Data: data,
+		Header: nats.Header{nats.MsgIdHdr: []string{call.ID}, layout.HeaderOrigin: []string{f.d.ID()}}}); err != nil {
+		t.Fatal(err)
+	}
+	h := f.held(call.ID)
+	code, body := f.do("POST", "/v1/approvals/"+call.ID+"/approve", "alice", map[string]any{"args_hash": h.ArgsHash})
+	if code != http.StatusOK || body["released"] == true || body["undeliverable"] != string(windlass.CodePayloadTooLarge) {
+		t.Errorf("approve = %d released=%v undeliverable=%v; want not released, undeliverable payload_too_large", code, body["released"], body["undeliverable"])
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
+	defer cancel()
+	if r, err := f.d.Wait(ctx, call.ID); err != nil || r.Code() != windlass.CodePayloadTooLarge {
+		t.Errorf("caller got %v %.200q, %v; want payload_too_large", r.Code(), r.Content, err)
+	}
+	if n := f.runs.Load(); n != 0 {
+		t.Errorf("the tool ran %d times", n)
+	}
+}
+
+// TestASecondMessageOfAHeldIDLeavesItAlone: a second message on the
+// approvals subject with the id of a held call (another dispatcher's, or
+// any publisher's on windlass.approval.*) is found held and changes
+// nothing: the reviewers see, approve and release the first call's
+// arguments, and it runs once with them. Before, the second message's body
+// was written over the held call's: the dashboard showed its arguments
+// under the first call's hash, the release carried them, the worker
+// dropped it, and the approved call never ran. (Found by a review helper.)
+func TestASecondMessageOfAHeldIDLeavesItAlone(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, nil)
+	id := f.submit(payArgs{To: "bob", Amount: 5})
+	orig := f.held(id)
+
+	other := windlass.ToolCall{ID: id, Name: "pay", Arguments: json.RawMessage(`{"to":"mallory","amount":1}`), Deadline: time.Now().Add(time.Hour)}
+	data, _ := json.Marshal(other)
+	if _, err := f.JetStream().PublishMsg(t.Context(), &nats.Msg{Subject: layout.ApprovalSubject("pay"), Data: data,
+		Header: nats.Header{nats.MsgIdHdr: []string{"second-" + windlass.NewCallID()}, layout.HeaderOrigin: []string{"someone"}}}); err != nil {
+		t.Fatal(err)
+	}
+	fleettest.WaitFor(t, 10*time.Second, "the second message taken in and acked", func() bool {
+		c, err := f.JetStream().Consumer(context.Background(), layout.ApprovalsStream, approval.ConsumerName)
+		if err != nil {
+			return false
+		}
+		info, err := c.Info(context.Background())
+		return err == nil && info.NumPending == 0 && info.NumAckPending == 0 && info.Delivered.Stream >= 2
+	})
+	h, err := f.svc.Get(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(h.Arguments) != string(orig.Arguments) {
+		t.Errorf("the held call's arguments changed under it: %s -> %s, args_hash still %s (the first's)", orig.Arguments, h.Arguments, h.ArgsHash)
+	}
+	if code, body := f.do("POST", "/v1/approvals/"+id+"/approve", "alice", map[string]any{"args_hash": h.ArgsHash}); code != http.StatusOK || body["released"] != true {
+		t.Errorf("approve = %d %v", code, body)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if r, err := f.d.Wait(ctx, id); err != nil || r.Content != "paid 5.00 to bob" || f.runs.Load() != 1 {
+		t.Errorf("the approved call: %v %.200q, %v (runs %d); want it run once with the arguments approved", r.Code(), r.Content, err, f.runs.Load())
+	}
+}
