@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,6 +18,7 @@ import (
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/internal/fleettest"
 	"github.com/windlass-dev/windlass/internal/layout"
+	"github.com/windlass-dev/windlass/internal/testserver"
 	"github.com/windlass-dev/windlass/worker"
 )
 
@@ -512,11 +514,11 @@ func TestRedeliveredCallWithAResultIsAckedWithoutRunning(t *testing.T) {
 
 // TestARedeliveryWhoseAnswerCannotBeReadIsNotRun redelivers a call whose
 // answer is stored (its last worker answered and was lost before its ack
-// landed) to a worker that cannot read the results stream: the call is
-// handed back, not run — also past MaxDeliver, where it is not buried
-// either — and once the stream can be read, it is acked without running.
-// Before, a read that failed was taken for "no answer", and the tool ran
-// again because its worker's ack was lost.
+// landed) to a worker that cannot read the results stream: the worker
+// asks again in place, neither running the call nor handing it back (a
+// hand-back is a delivery), and once the stream can be read, it acks the
+// call without running it. Before, a read that failed was taken for "no
+// answer", and the tool ran again because its worker's ack was lost.
 func TestARedeliveryWhoseAnswerCannotBeReadIsNotRun(t *testing.T) {
 	t.Parallel()
 	b := newBench(t)
@@ -529,21 +531,20 @@ func TestARedeliveryWhoseAnswerCannotBeReadIsNotRun(t *testing.T) {
 	var rec executions
 	tool := failing("once", &rec, func(int) error { return nil })
 	cons := b.createConsumer("once", 300*time.Millisecond)
-	seq := b.publishSeq(windlass.ToolCall{ID: "answered", Name: "once", Arguments: json.RawMessage(`{}`)})
+	seq := b.publishSeq(windlass.ToolCall{ID: "answered", Name: "once", Arguments: json.RawMessage(`{}`), Deadline: time.Now().Add(time.Minute)})
 	b.takeAndLose(cons, "answered")
 	b.publishResult(windlass.ToolResult{CallID: "answered", Name: "once", Content: "from the lost worker", Attempt: 1, Worker: "lost"})
 	if r := b.result(5 * time.Second); r.Content != "from the lost worker" {
 		t.Fatalf("first result = %+v", r)
 	}
-	const maxDeliver = 2
-	w, _ := b.start(worker.Config{JetStream: js, AckWait: 300 * time.Millisecond, MaxDeliver: maxDeliver}, tool)
-	// Two hand-backs: the second delivery, and the third, past MaxDeliver.
-	fleettest.WaitFor(t, 30*time.Second, "the call handed back twice, or run", func() bool { return w.Stats().Requeued >= 2 || rec.count() > 0 })
+	w, _ := b.start(worker.Config{JetStream: js, AckWait: 300 * time.Millisecond, MaxDeliver: 2}, tool)
+	// Two reads lost (each a 2 s timeout): the worker asked again.
+	fleettest.WaitFor(t, 30*time.Second, "two reads lost, or the call run", func() bool { return blocker.Lost() >= 2 || rec.count() > 0 })
 	if n := rec.count(); n != 0 {
 		t.Fatalf("the tool ran %d times for a call whose answer could not be read", n)
 	}
-	if blocker.Lost() == 0 {
-		t.Fatal("no read was lost")
+	if s := w.Stats(); s.Requeued != 0 {
+		t.Errorf("stats %+v: the call was handed back (each hand-back a delivery towards MaxDeliver); want it kept while the worker asks again", s)
 	}
 	blocker.Block(false)
 	fleettest.WaitFor(t, 30*time.Second, "the redelivery acked unrun", func() bool { return w.Stats().AlreadyAnswered == 1 })
@@ -559,6 +560,57 @@ func TestARedeliveryWhoseAnswerCannotBeReadIsNotRun(t *testing.T) {
 	}
 	if stored, ok := b.storedResult("answered"); !ok || stored.Content != "from the lost worker" {
 		t.Errorf("stored result = %+v (%t)", stored, ok)
+	}
+}
+
+// TestARetryThroughAResultsReadOutageIsNotBuried: a tool fails retryably
+// on its first attempt; while the retry waits, the worker cannot read the
+// results stream for a while (here: the stream is gone; in production its
+// leader unreachable). No worker is lost: once the stream can be read
+// again, the retry runs and answers, nothing is recorded dead. Before the
+// worker asked again in place, each failed read handed the call back, each
+// hand-back was a delivery, and the call was buried worker_lost ("each
+// worker that took it stopped answering") past MaxDeliver. (Found by a
+// review helper.)
+func TestARetryThroughAResultsReadOutageIsNotBuried(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	var rec executions
+	gone := make(chan struct{})
+	tool := failing("flaky", &rec, func(a int) error {
+		if a == 1 {
+			if err := b.js.DeleteStream(t.Context(), layout.ResultsStream); err != nil {
+				t.Error(err)
+			}
+			close(gone)
+			return windlass.Retryable(fmt.Errorf("attempt %d: %w", a, errFlaky))
+		}
+		return nil
+	})
+	const maxDeliver = 3
+	var logs testserver.Buffer
+	w, _ := b.start(worker.Config{MaxDeliver: maxDeliver, Logger: slog.New(slog.NewTextHandler(&logs, nil))}, tool,
+		worker.WithRetry(worker.RetryPolicy{MaxAttempts: maxDeliver, InitialBackoff: 100 * time.Millisecond}))
+	b.publish(windlass.ToolCall{ID: "retry-in-outage", Name: "flaky", Arguments: json.RawMessage(`{}`)})
+	<-gone
+	fleettest.WaitFor(t, 30*time.Second, "the retry's delivery asking again, handed back, or run", func() bool {
+		return strings.Contains(logs.String(), "asking again") || w.Stats().Requeued > 0 || rec.count() >= 2
+	})
+	if s := w.Stats(); s.Requeued != 0 {
+		t.Errorf("stats %+v: the call was handed back while the results could not be read; each hand-back is a delivery towards MaxDeliver", s)
+	}
+	if err := layout.EnsureStreams(t.Context(), b.js, layout.ResultsConfig(layout.StreamOptions{})); err != nil {
+		t.Fatal(err)
+	}
+	r := b.result(30 * time.Second)
+	if r.Code() == windlass.CodeWorkerLost || r.IsError {
+		t.Errorf("a call whose every worker answered was told %s: %q", r.Code(), r.Content)
+	}
+	if dc, dead := b.deadCall("flaky", "retry-in-outage"); dead {
+		t.Errorf("recorded dead after %d deliveries, none lost: %+v", dc.Deliveries, dc.Error)
+	}
+	if rec.count() != 2 {
+		t.Errorf("the tool ran %d times; want 2 (its retry)", rec.count())
 	}
 }
 

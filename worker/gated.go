@@ -160,7 +160,8 @@ func (w *Worker) unanswered(d *delivery, rel release.Release, fresh bool) (outco
 
 // untilAnswered calls ask until it returns nil or a refusal (wrapping
 // release.ErrInvalid), retrying any other error until until (the release's
-// expiry: past it the call cannot run anyway) or the worker's shutdown. It
+// expiry, or the call's deadline: past it the call cannot run anyway) or
+// the worker's shutdown, the heartbeat keeping the message meanwhile. It
 // returns ask's last error.
 func (w *Worker) untilAnswered(d *delivery, until time.Time, what string, ask func(context.Context) error) error {
 	err := ask(d.ctx)

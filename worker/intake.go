@@ -169,23 +169,36 @@ func dropped(reason release.Reason, detail string) outcome {
 // dead, however many deliveries it took. (A gated call was looked up by
 // admitGated.)
 //
-// When the results stream cannot be read, the call is handed back for a
-// later delivery, not run: a redelivery is what a lost ack leaves, so its
-// answer may well be stored, and a tool must not run again because a read
-// failed after it answered. It is not answered either (nor buried by the
-// deliveries' bound, which comes after): until the stream can be read,
-// which answers it already has is unknown.
+// When the results stream cannot be read, the worker asks again in place,
+// the heartbeat keeping the message, until the call's deadline: a
+// redelivery is what a lost ack leaves, so its answer may well be stored,
+// and a tool must not run again because a read failed after it answered.
+// Nor is the call handed back meanwhile: each hand-back is a delivery, and
+// MaxDeliver of them would bury as worker_lost a call no worker lost. Past
+// the deadline it goes on to the guards after, which answer it timeout
+// without running it (an answer stored before stays the call's: the first
+// wins); at shutdown it is handed back.
 func (w *Worker) alreadyAnswered(d *delivery) (outcome, bool) {
 	if d.released || d.call.Attempt == 1 {
 		return outcome{}, false
 	}
-	_, ok, err := w.storedResult(d.ctx, d.call.ID)
+	const what = "cannot tell whether the redelivered call was answered"
+	until := d.call.Deadline
+	if until.IsZero() {
+		until = time.Now().Add(w.cfg.AckWait)
+	}
+	var answered bool
+	err := w.untilAnswered(d, until, what, func(ctx context.Context) error {
+		var err error
+		_, answered, err = w.storedResult(ctx, d.call.ID)
+		return err
+	})
 	switch {
+	case err != nil && d.ctx.Err() != nil:
+		return handedBack(what, err), true
 	case err != nil:
-		o := handedBack("could not read whether the redelivered call was answered", err)
-		o.delay = unreadRetryDelay
-		return o, true
-	case !ok:
+		return outcome{}, false // past its deadline: answered timeout, not run (refuse)
+	case !answered:
 		return outcome{}, false
 	}
 	w.freeSlotOf(d) // its earlier worker may have been lost before it freed the slot
