@@ -652,7 +652,17 @@ func (d *Dispatcher) timedOut(ctx context.Context, call windlass.ToolCall) (wind
 	case errors.Is(err, ErrUnavailable):
 		return unfetched(call, err), err // it has a result: not a timeout
 	case errors.Is(err, ErrNoResult):
-		if k, err := d.find(fetchCtx, call.ID); err == nil && k.found && k.result == nil && k.rec.deadline.After(time.Now()) {
+		k, err := d.find(fetchCtx, call.ID)
+		switch {
+		case err != nil:
+			// The call's record says its deadline; unread, a retry of a
+			// call submitted before with a later one cannot be told that
+			// it timed out.
+			r := windlass.ErrorResult(call, windlass.CodeUnavailable, fmt.Sprintf(
+				"No result for call %q to %q before this wait's deadline, and its record, which says its own deadline, could not be read; ask for call %q again later: %v", call.ID, call.Name, call.ID, err))
+			r.CallID = call.ID
+			return r, fmt.Errorf("%w: no result for call %q, and its record could not be read: %w", ErrUnavailable, call.ID, err)
+		case k.found && k.result == nil && k.rec.deadline.After(time.Now()):
 			// A retry of a call submitted before with a later deadline (a
 			// caller's own id): this wait ended at its own deadline, the
 			// call has not, and may yet succeed.

@@ -168,10 +168,19 @@ func (d *Dispatcher) deadArguments(ctx context.Context, seq uint64, dc windlass.
 // it stores the call's error answer; when that store fails the call is
 // delivered again, and may succeed: its record then stands for a call
 // that is not dead, and a replay would run it a second time. Such a record
-// is deleted and the replay refused (ErrAnsweredSince); one whose answer
-// cannot be read now is refused too (ErrUnavailable): it may be such a
-// record.
+// is deleted and the replay refused (ErrAnsweredSince); one whose call is
+// still in the work queue (that redelivery has not come yet), or whose
+// state cannot be read now, is refused too (ErrUnavailable).
 func (d *Dispatcher) stillDead(ctx context.Context, seq uint64, dc windlass.DeadCall) error {
+	// A record whose call is still in the work queue was made by a worker
+	// that could not store the call's answer: the call is delivered again
+	// (its deliveries not spent), and a replay now would run beside it.
+	switch _, queued, err := d.callMessage(ctx, dc.Call.ID); {
+	case err != nil:
+		return fmt.Errorf("%w: replay %d: whether %q is still queued could not be read: %w", ErrUnavailable, seq, dc.Call.ID, err)
+	case queued:
+		return fmt.Errorf("%w: replay %d: %q is still in the work queue (its worker could not store its answer, and it is delivered again); replay it once it has its answer, if it is still dead", ErrUnavailable, seq, dc.Call.ID)
+	}
 	r, _, err := d.storedResult(ctx, dc.Call.ID)
 	switch {
 	case errors.Is(err, ErrNoResult):

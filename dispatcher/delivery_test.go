@@ -927,3 +927,45 @@ func TestADeadCallAnsweredSinceIsNotReplayed(t *testing.T) {
 		t.Errorf("the tool ran %d times; want once, for the replay of the call that failed", n)
 	}
 }
+
+// TestADeadCallStillQueuedIsNotReplayed: a worker records a dead call
+// before it stores the call's error answer; when that store fails, the
+// call stays in the work queue and is delivered again after the ack wait.
+// A replay in that window would run beside that delivery: it is refused
+// unavailable, and the record kept for later. Here the call is running
+// (its message is in the stream while it runs). Before, the replay ran it
+// a second time. (Found by a review helper.)
+func TestADeadCallStillQueuedIsNotReplayed(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int64
+	started, release := make(chan struct{}), make(chan struct{})
+	tool := windlass.MustFunc("charge", func(ctx context.Context, _ struct{}) (string, error) {
+		if runs.Add(1) == 1 {
+			close(started)
+			<-release
+		}
+		return "charged", nil
+	})
+	e := newEnv(t, tool)
+	id, err := e.d.Submit(t.Context(), "charge", `{}`, dispatcher.WithCallID("dead-but-queued"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	defer close(release)
+	dc := windlass.DeadCall{Call: windlass.ToolCall{ID: id, Name: "charge", Arguments: json.RawMessage(`{}`)},
+		Error: windlass.CallError{Code: windlass.CodeUnavailable, Message: "down", Retryable: true}, Deliveries: 3, DiedAt: time.Now(), Origin: e.d.ID()}
+	data, _ := json.Marshal(dc)
+	ack, err := e.JetStream().Publish(t.Context(), layout.DeadSubject("charge"), data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // refused, and the record kept
+		if newID, err := e.d.Replay(t.Context(), ack.Sequence); !errors.Is(err, dispatcher.ErrUnavailable) || newID != "" {
+			t.Fatalf("Replay of a dead call still in the work queue = %q, %v; want ErrUnavailable", newID, err)
+		}
+	}
+	if n := runs.Load(); n != 1 {
+		t.Errorf("the tool ran %d times; want once", n)
+	}
+}
