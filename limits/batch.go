@@ -2,6 +2,7 @@ package limits
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -38,7 +39,23 @@ type batched struct {
 	build func(redis.Pipeliner) redis.Cmder
 	cmd   redis.Cmder
 	done  chan struct{}
+	state atomic.Int32 // see the states below
+	// late, if set, runs with the answer of a command whose caller left
+	// (its ctx ended) while it was on its way to Redis: what it did there
+	// must be undone, or it stands with nobody to know (a slot taken).
+	late func(redis.Cmder)
 }
+
+// The states of a batched command: queued, then sending and answered —
+// or, when its caller leaves, abandoned (still queued: never sent) or
+// left (sent: late gets its answer).
+const (
+	batchQueued int32 = iota
+	batchSending
+	batchAnswered
+	batchAbandoned
+	batchLeft
+)
 
 // maxBatch bounds the commands sent in one pipeline.
 const maxBatch = 512
@@ -47,17 +64,37 @@ const maxBatch = 512
 const batchTimeout = 5 * time.Second
 
 // do queues build and waits for its batch, or for ctx; it returns the
-// command build made, executed, or one failed with ctx's error.
+// command build made, executed, or one failed with ctx's error. A caller
+// that leaves before its command is sent leaves nothing: it is not sent.
 func do[C redis.Cmder](ctx context.Context, b *batcher, build func(redis.Pipeliner) C) C {
+	return doUndo(ctx, b, build, nil)
+}
+
+// doUndo is do, with late to run on the answer of a command its caller
+// left while it was on its way (see batched.late).
+func doUndo[C redis.Cmder](ctx context.Context, b *batcher, build func(redis.Pipeliner) C, late func(C)) C {
+	failed := func(err error) C {
+		c := build(b.rdb.Pipeline()) // a command of the right kind, never sent
+		c.SetErr(err)
+		return c
+	}
+	if err := ctx.Err(); err != nil {
+		return failed(err)
+	}
 	r := &batched{build: func(p redis.Pipeliner) redis.Cmder { return build(p) }, done: make(chan struct{})}
+	if late != nil {
+		r.late = func(c redis.Cmder) { late(c.(C)) }
+	}
 	b.enqueue(r)
 	select {
 	case <-r.done:
 		return r.cmd.(C)
 	case <-ctx.Done():
-		c := build(b.rdb.Pipeline()) // a command of the right kind, never sent
-		c.SetErr(ctx.Err())
-		return c
+		if r.state.CompareAndSwap(batchQueued, batchAbandoned) || r.state.CompareAndSwap(batchSending, batchLeft) {
+			return failed(ctx.Err())
+		}
+		<-r.done // answered as ctx ended
+		return r.cmd.(C)
 	}
 }
 
@@ -65,16 +102,26 @@ func do[C redis.Cmder](ctx context.Context, b *batcher, build func(redis.Pipelin
 // command queued before it, and r.done is closed once it has its answer.
 func (b *batcher) enqueue(r *batched) { b.pending.add(r, false) }
 
-// send sends one batch in one pipeline.
+// send sends one batch in one pipeline: the commands whose callers still
+// wait, and hands each its answer (or its late undo, its caller gone).
 func (b *batcher) send(batch []*batched) {
 	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
 	defer cancel()
 	pipe := b.rdb.Pipeline()
+	sending := batch[:0:0]
 	for _, r := range batch {
-		r.cmd = r.build(pipe)
+		if r.state.CompareAndSwap(batchQueued, batchSending) {
+			r.cmd = r.build(pipe)
+			sending = append(sending, r)
+		}
 	}
-	_, _ = pipe.Exec(ctx) // each command holds its own result or error
-	for _, r := range batch {
+	if len(sending) > 0 {
+		_, _ = pipe.Exec(ctx) // each command holds its own result or error
+	}
+	for _, r := range sending {
+		if !r.state.CompareAndSwap(batchSending, batchAnswered) && r.late != nil {
+			r.late(r.cmd) // its caller left
+		}
 		close(r.done)
 	}
 }

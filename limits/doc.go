@@ -38,7 +38,10 @@
 // because a slot taken without asking (below) is written behind its call,
 // and a free from another process may come before it. A slot nobody frees
 // does not leak: it lapses a minute after its call's deadline, when no
-// worker will run the call any more. A resubmit of an id that holds a
+// worker will run the call any more. Nor does a caller that leaves while
+// its admission is asked (its context ends: a client gone, the
+// dispatcher's bound on an ask) hold one: an ask not sent yet is not sent,
+// and a slot an ask on its way took is freed once it has. A resubmit of an id that holds a
 // slot is the same call: admitted without a second slot or a second
 // charge against the rate.
 //

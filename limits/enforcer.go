@@ -177,7 +177,7 @@ func (e *Enforcer) Admit(ctx context.Context, tool, key, callID string, lapse ti
 			return Decision{}, fmt.Errorf("limits: admit a call of %q for key %q: write the slots taken before: %w", tool, key, err)
 		}
 		var err error
-		dec, err = decide(admitScript.Run(ctx, e.batch, e.admitKeys(tool, key), e.admitArgs(key, callID, lapse, l.MaxInFlight, toolMax)...))
+		dec, err = decide(e.admitOnce(ctx, tool, key, callID, e.admitArgs(key, callID, lapse, l.MaxInFlight, toolMax)))
 		if err != nil {
 			return Decision{}, fmt.Errorf("limits: admit a call of %q for key %q: %w", tool, key, err)
 		}
@@ -200,6 +200,26 @@ func (e *Enforcer) Admit(ctx context.Context, tool, key, callID string, lapse ti
 	}
 	dec.Allowed = true
 	return dec, nil
+}
+
+// admitOnce runs admitScript for callID through the batcher. A caller
+// that leaves (ctx ends: a client gone, the dispatcher's bound on the ask)
+// while the script is on its way to Redis is told it failed, and holds no
+// slot: one the script took anyway is freed once it has (as a free from
+// Free, after the script), or it would be held, by nobody, until it
+// lapses — a key's cap filled with abandoned requests.
+func (e *Enforcer) admitOnce(ctx context.Context, tool, key, callID string, args []any) *redis.Cmd {
+	keys := e.admitKeys(tool, key)
+	late := func(c *redis.Cmd) {
+		if v, err := c.Int64Slice(); err == nil && len(v) == 3 && v[0] == 0 {
+			e.Free(&Slot{tool: tool, key: key, callID: callID})
+		}
+	}
+	cmd := doUndo(ctx, e.batch, func(p redis.Pipeliner) *redis.Cmd { return admitScript.EvalSha(ctx, p, keys, args...) }, late)
+	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		cmd = doUndo(ctx, e.batch, func(p redis.Pipeliner) *redis.Cmd { return admitScript.Eval(ctx, p, keys, args...) }, late)
+	}
+	return cmd
 }
 
 // Charge takes one call of key to tool from rate r, shared by every
