@@ -64,7 +64,10 @@
 // each reviewer's decisions together (5 a second, bursts of 20, in Redis
 // through github.com/go-redis/redis_rate), expire and release from indexes
 // (the pending set by expiry, the unreleased set by approval: a pass costs
-// the work due, not the history), and deliver each notification once (see
+// the work due, not the history), answer again from an index the callers
+// of calls decided against whose answers a failure left unstored (the
+// unanswered set: a Redis read or a publish failed after the decision, or
+// the process died between), and deliver each notification once (see
 // below).
 //
 // # Retention
@@ -105,6 +108,8 @@
 //	<p>{index}:status:<status>   ZSET  ids by request time (pending) or decision time
 //	                                   (the others: the retention trims by it)
 //	<p>{index}:unreleased        ZSET  approved ids not released yet, by approval time
+//	<p>{index}:unanswered        ZSET  rejected, expired or canceled ids whose caller's
+//	                                   answer is not known to be stored, by decision time
 //	<p>{index}:audit             STREAM requested, approval, edited, approved, rejected,
 //	                                   expired, canceled, released (actor, reason,
 //	                                   before/after); consumer groups "notify" and

@@ -519,7 +519,8 @@ func (s *Service) intake(ctx context.Context, msg jetstream.Msg) {
 }
 
 // expiryLoop expires lapsed calls and answers their callers, now and then
-// finishes releases that failed (NATS unreachable at decision time), and
+// finishes releases that failed (NATS unreachable at decision time) and
+// answers the callers of decided calls whose answers were lost, and
 // deletes what is past Config.Retention (every quarter of it, at most a
 // minute apart).
 func (s *Service) expiryLoop(ctx context.Context) {
@@ -551,6 +552,9 @@ func (s *Service) expiryLoop(ctx context.Context) {
 			if err := s.resumeReleases(ctx); err != nil && ctx.Err() == nil {
 				s.cfg.Logger.WarnContext(ctx, "approval: resuming releases failed; retrying later", "error", err)
 			}
+			if err := s.answerDecided(ctx); err != nil && ctx.Err() == nil {
+				s.cfg.Logger.WarnContext(ctx, "approval: answering decided calls failed; retrying later", "error", err)
+			}
 		}
 	}
 }
@@ -567,8 +571,14 @@ func (s *Service) answerExpired(ctx context.Context, ids []string) {
 	}
 }
 
-// answer publishes an error result to the call's caller.
+// answer publishes an error result to the call's caller, retrying for
+// answerRetry.
 func (s *Service) answer(ctx context.Context, h *HeldCall, code windlass.ErrorCode, text string) {
+	s.answerWithin(ctx, h, code, text, answerRetry)
+}
+
+// answerWithin is answer, retrying for retryFor.
+func (s *Service) answerWithin(ctx context.Context, h *HeldCall, code windlass.ErrorCode, text string, retryFor time.Duration) {
 	call, _ := h.toolCall() // undecodable: its id and tool still answer it
 	r := windlass.ErrorResult(call, code, textcut.Cut(text, maxAnswerText))
 	data, _ := json.Marshal(r)
@@ -580,7 +590,7 @@ func (s *Service) answer(ctx context.Context, h *HeldCall, code windlass.ErrorCo
 		nats.MsgIdHdr: []string{layout.ResultMsgID(h.ID)}, layout.HeaderProtocol: []string{fmt.Sprint(windlass.ProtocolVersion)}}}
 	// Retried for a while: the decision is recorded, and its caller waits
 	// for this answer.
-	err := retry.Do(context.WithoutCancel(ctx), retry.Policy{Initial: 50 * time.Millisecond, For: answerRetry, PerAttempt: retry.WriteTimeout}, func(ctx context.Context) error {
+	err := retry.Do(context.WithoutCancel(ctx), retry.Policy{Initial: 50 * time.Millisecond, For: retryFor, PerAttempt: retry.WriteTimeout}, func(ctx context.Context) error {
 		_, err := s.js.PublishMsg(ctx, m)
 		if errors.Is(err, nats.ErrMaxPayload) {
 			return retry.Permanent(err)
@@ -592,9 +602,45 @@ func (s *Service) answer(ctx context.Context, h *HeldCall, code windlass.ErrorCo
 		return
 	}
 	// Its answer is stored: the admission slot the call took, if any, is
-	// free (see package limits, "A call's slot").
+	// free (see package limits, "A call's slot"), and the answer sweep
+	// has nothing to do for it.
 	s.slots.FreeCall(h.Tool, call.Key, h.ID)
+	if err := s.store.answered(ctx, h.ID); err != nil {
+		s.cfg.Logger.DebugContext(ctx, "approval: could not mark the call answered; the answer sweep will answer it again (the first answer stands)", "call_id", h.ID, "error", err)
+	}
 }
+
+// answerDecided answers again the callers of calls decided against —
+// rejected, expired, canceled — whose answers are not known to be stored:
+// a Redis read or a publish that failed after the decision was recorded,
+// or the process gone in between, would leave such a caller waiting until
+// its deadline, to be told timeout. The work comes from the unanswered
+// index (a decision's script adds the call; a stored answer takes it
+// out), the answer is made again from the stored state, and the results
+// stream keeps the first. A decision answers at once itself: the sweep
+// takes only calls decided answerSweepAfter ago or more.
+func (s *Service) answerDecided(ctx context.Context) error {
+	page, err := s.store.unanswered(ctx, time.Now().Add(-answerSweepAfter), resumeBatch)
+	for _, h := range page {
+		switch h.Status {
+		case StatusRejected:
+			s.answerWithin(ctx, h, windlass.CodeRejected, RejectedMessage(h), retry.WriteTimeout)
+		case StatusExpired:
+			s.answerWithin(ctx, h, windlass.CodeExpired, ExpiredMessage(h), retry.WriteTimeout)
+		case StatusCanceled:
+			call, _ := h.toolCall() // undecodable: its id and tool still answer it
+			r := windlass.ResultFromError(call, windlass.CancelCause(h.Reason))
+			s.answerWithin(ctx, h, r.Error.Code, r.Content, retry.WriteTimeout)
+		default:
+			err = errors.Join(err, s.store.answered(ctx, h.ID))
+		}
+	}
+	return err
+}
+
+// answerSweepAfter is how long after a decision the answer sweep answers
+// its caller again, if its answer is not known to be stored.
+const answerSweepAfter = 2 * time.Second
 
 // maxAnswerText bounds the text of the service's answers (a rejection's
 // reason is bounded by MaxReason already); answerRetry how long an answer

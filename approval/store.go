@@ -136,7 +136,8 @@ func (s *store) statusKey(st Status) string { return s.prefix + index + "status:
 func (s *store) pendingKey() string         { return s.prefix + index + "pending" }
 func (s *store) auditKey() string           { return s.prefix + index + "audit" }
 func (s *store) unreleasedKey() string      { return s.prefix + index + "unreleased" }
-func (s *store) queuesKey() string          { return s.prefix + index + "queues" } // the audit stream's notification queues
+func (s *store) unansweredKey() string      { return s.prefix + index + "unanswered" } // decided against, callers not answered yet
+func (s *store) queuesKey() string          { return s.prefix + index + "queues" }     // the audit stream's notification queues
 func (s *store) webhooksKey() string        { return s.prefix + "webhooks" }
 
 // rateKey is a reviewer's decision rate; redis_rate puts "rate:" before it.
@@ -182,7 +183,7 @@ return 1
 // decideScript applies one reviewer's decision atomically. A decided call
 // enters its status set scored by the decision's time (for the retention);
 // an approved one also enters the unreleased set.
-// KEYS: call, pending, status:pending, status:approved, status:rejected, audit, unreleased.
+// KEYS: call, pending, status:pending, status:approved, status:rejected, audit, unreleased, unanswered.
 // ARGV: id, action, reviewer, now_ms, seen_hash, edited_args, edited_hash, reason,
 // the caller's arguments (for an edit's audit entry: the bulk is on another slot),
 // no_retry ('1' or '0', for a rejection).
@@ -197,6 +198,7 @@ if action == 'reject' then
   redis.call('ZREM', KEYS[2], id)
   redis.call('ZREM', KEYS[3], id)
   redis.call('ZADD', KEYS[5], now, id)
+  redis.call('ZADD', KEYS[8], now, id)
   if ARGV[10] == '1' then
     audit(KEYS[6], KEYS[1], 'event', 'rejected', 'call_id', id, 'actor', reviewer, 'reason', ARGV[8], 'no_retry', '1')
   else
@@ -235,7 +237,8 @@ return {'approved'}
 `)
 
 // expireScript expires a pending call whose window lapsed.
-// KEYS: call, pending, status:pending, status:expired, audit. ARGV: id, now_ms.
+// KEYS: call, pending, status:pending, status:expired, audit, unanswered.
+// ARGV: id, now_ms.
 var expireScript = redis.NewScript(auditLua + `
 if redis.call('HGET', KEYS[1], 'status') ~= 'pending' then
   redis.call('ZREM', KEYS[2], ARGV[1])
@@ -246,6 +249,7 @@ redis.call('HSET', KEYS[1], 'status', 'expired', 'decided_ms', ARGV[2])
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('ZADD', KEYS[4], ARGV[2], ARGV[1])
+redis.call('ZADD', KEYS[6], ARGV[2], ARGV[1])
 audit(KEYS[5], KEYS[1], 'event', 'expired', 'call_id', ARGV[1], 'actor', 'system')
 return 1
 `)
@@ -253,7 +257,7 @@ return 1
 // cancelScript cancels a pending call, once; a call in any other state is
 // left as it is. It returns the state it found ("missing" for none), or
 // "canceled" when it made the change.
-// KEYS: call, pending, status:pending, status:canceled, audit.
+// KEYS: call, pending, status:pending, status:canceled, audit, unanswered.
 // ARGV: id, now_ms, reason.
 var cancelScript = redis.NewScript(auditLua + `
 local st = redis.call('HGET', KEYS[1], 'status')
@@ -263,6 +267,7 @@ redis.call('HSET', KEYS[1], 'status', 'canceled', 'reason', ARGV[3], 'decided_ms
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('ZADD', KEYS[4], ARGV[2], ARGV[1])
+redis.call('ZADD', KEYS[6], ARGV[2], ARGV[1])
 audit(KEYS[5], KEYS[1], 'event', 'canceled', 'call_id', ARGV[1], 'actor', 'caller', 'reason', ARGV[3])
 return 'canceled'
 `)
@@ -381,7 +386,7 @@ func (s *store) decide(ctx context.Context, id string, d decision, now time.Time
 		action = "approve"
 	}
 	res, err := decideScript.Run(ctx, s.rc,
-		[]string{s.callKey(id), s.pendingKey(), k[0], k[1], k[2], s.auditKey(), s.unreleasedKey()},
+		[]string{s.callKey(id), s.pendingKey(), k[0], k[1], k[2], s.auditKey(), s.unreleasedKey(), s.unansweredKey()},
 		id, action, d.reviewer, now.UnixMilli(), d.seenHash, string(d.editedArgs), d.editedHash, d.reason, string(d.original), boolField(d.noRetry)).StringSlice()
 	if err != nil {
 		return nil, fmt.Errorf("approval: decide %q: %w", id, err)
@@ -399,7 +404,7 @@ func (s *store) expireDue(ctx context.Context, now time.Time) ([]string, error) 
 	k := s.statusKeys()
 	var expired []string
 	for _, id := range ids {
-		n, err := expireScript.Run(ctx, s.rc, []string{s.callKey(id), s.pendingKey(), k[0], k[3], s.auditKey()}, id, now.UnixMilli()).Int()
+		n, err := expireScript.Run(ctx, s.rc, []string{s.callKey(id), s.pendingKey(), k[0], k[3], s.auditKey(), s.unansweredKey()}, id, now.UnixMilli()).Int()
 		if err != nil {
 			return expired, fmt.Errorf("approval: expire %q: %w", id, err)
 		}
@@ -415,7 +420,7 @@ func (s *store) expireDue(ctx context.Context, now time.Time) ([]string, error) 
 // before).
 func (s *store) cancel(ctx context.Context, id, reason string, now time.Time) (bool, error) {
 	res, err := cancelScript.Run(ctx, s.rc,
-		[]string{s.callKey(id), s.pendingKey(), s.statusKey(StatusPending), s.statusKey(StatusCanceled), s.auditKey()},
+		[]string{s.callKey(id), s.pendingKey(), s.statusKey(StatusPending), s.statusKey(StatusCanceled), s.auditKey(), s.unansweredKey()},
 		id, now.UnixMilli(), reason).Text()
 	if err != nil {
 		return false, fmt.Errorf("approval: cancel %q: %w", id, err)
@@ -440,6 +445,39 @@ func (s *store) closedKeys(id string) []string {
 func (s *store) markUndeliverable(ctx context.Context, id string, code windlass.ErrorCode, reason string) error {
 	if err := closedScript.Run(ctx, s.rc, s.closedKeys(id), id, "undeliverable", string(code), "code", string(code), "reason", reason).Err(); err != nil {
 		return fmt.Errorf("approval: mark %q undeliverable: %w", id, err)
+	}
+	return nil
+}
+
+// unanswered returns up to count calls decided against (rejected,
+// expired, canceled) by before whose callers' answers are not known to be
+// stored: the answer sweep's work, from an index, as unreleased. An id
+// whose call is gone (past the retention) leaves the index.
+func (s *store) unanswered(ctx context.Context, before time.Time, count int64) ([]*HeldCall, error) {
+	ids, err := s.rc.ZRangeByScore(ctx, s.unansweredKey(), &redis.ZRangeBy{Min: "-inf", Max: strconv.FormatInt(before.UnixMilli(), 10), Count: count}).Result()
+	if err != nil {
+		return nil, fmt.Errorf("approval: unanswered calls: %w", err)
+	}
+	out := make([]*HeldCall, 0, len(ids))
+	for _, id := range ids {
+		h, err := s.get(ctx, id)
+		switch {
+		case errors.Is(err, errNotFound):
+			s.rc.ZRem(ctx, s.unansweredKey(), id)
+		case err != nil:
+			return out, err
+		default:
+			out = append(out, h)
+		}
+	}
+	return out, nil
+}
+
+// answered takes id out of the unanswered index: its caller's answer is
+// stored.
+func (s *store) answered(ctx context.Context, id string) error {
+	if err := s.rc.ZRem(ctx, s.unansweredKey(), id).Err(); err != nil {
+		return fmt.Errorf("approval: mark %q answered: %w", id, err)
 	}
 	return nil
 }

@@ -15,14 +15,27 @@ import (
 )
 
 // commandCounter counts the commands a client sends, pipelined ones each.
+// commandCounter counts the commands a client sends, less those go-redis
+// sends itself to set up a new connection (HELLO, CLIENT SETINFO): how
+// many the pool opens is not the code's doing.
 type commandCounter struct{ n atomic.Int64 }
 
 func (c *commandCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (c *commandCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error { c.n.Add(1); return next(ctx, cmd) }
+	return func(ctx context.Context, cmd redis.Cmder) error { c.count(cmd); return next(ctx, cmd) }
 }
 func (c *commandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error { c.n.Add(int64(len(cmds))); return next(ctx, cmds) }
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			c.count(cmd)
+		}
+		return next(ctx, cmds)
+	}
+}
+func (c *commandCounter) count(cmd redis.Cmder) {
+	if name := cmd.Name(); name != "hello" && name != "client" {
+		c.n.Add(1)
+	}
 }
 
 // holdApproved holds a call and approves it.
