@@ -43,7 +43,10 @@
 // dispatcher's bound on an ask) hold one: an ask not sent yet is not sent,
 // and a slot an ask on its way took is freed once it has. A resubmit of an id that holds a
 // slot is the same call: admitted without a second slot or a second
-// charge against the rate.
+// charge against the rate. (Two submits of one id at once, under a rate:
+// the second finds the first's slot while the first's rate is still being
+// charged, and may be refused; so the dispatcher admits the second only
+// once the call's record shows the first was accepted, else asks again.)
 //
 // # Admission without waiting
 //

@@ -50,8 +50,11 @@ type Decision struct {
 	// the key's cap and the tool's after the decision (when the caps were
 	// asked).
 	KeyInFlight, ToolInFlight int
-
-	held bool // the id held its slot already
+	// Held reports that the call's id held its slot already: a resubmit
+	// of a call admitted before — or another submit of the id being
+	// admitted this very moment, whose rate may yet refuse it (see the
+	// dispatcher's admission). It was admitted without a slot or a charge.
+	Held bool
 }
 
 // leaseKey names a rate's lease: a tool × key under one rate (a rate
@@ -182,7 +185,7 @@ func (e *Enforcer) Admit(ctx context.Context, tool, key, callID string, lapse ti
 			return Decision{}, fmt.Errorf("limits: admit a call of %q for key %q: %w", tool, key, err)
 		}
 		switch {
-		case dec.held:
+		case dec.Held:
 			dec.Allowed = true
 			return dec, nil // a resubmit: the same call, already counted and charged
 		case !dec.Allowed:
@@ -318,7 +321,7 @@ func decide(cmd *redis.Cmd) (Decision, error) {
 	case 0:
 		dec.Allowed = true
 	case 1:
-		dec.held = true
+		dec.Held = true
 	case 2:
 		dec.Reason, dec.RetryAfter = ReasonInFlight, SlotRetryAfter
 	default:

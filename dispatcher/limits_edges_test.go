@@ -3,6 +3,7 @@ package dispatcher_test
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,6 +13,47 @@ import (
 	"github.com/windlass-dev/windlass/limits"
 	"github.com/windlass-dev/windlass/worker"
 )
+
+// TestTheSameIDTwiceOverItsRateIsRefusedTwice: a key whose rate is
+// spent (1/m, burst 1, the token used) submits a call with its own id
+// twice at once (a client that retries while its first request is still
+// under way). One submit takes the id's slot, is refused rate_limited
+// ("The call was not queued") and frees the slot; the other found the
+// slot "held" (a resubmit), was admitted without a charge and queued the
+// call, which runs. So the rate is passed, and the caller is told "not
+// queued" for a call that was queued and ran.
+func TestTheSameIDTwiceOverItsRateIsRefusedTwice(t *testing.T) {
+	t.Parallel()
+	f := fleettest.New(t)
+	echo := windlass.MustFunc("echo", func(ctx context.Context, in struct{}) (string, error) { return "ok", nil })
+	f.StartWorker(worker.Config{}, echo)
+	d := f.Dispatcher(dispatcher.Config{Limits: limits.Config{Default: limits.Limit{Rate: limits.PerMinute(1).WithBurst(1)}}})
+	fleettest.WaitCatalog(t, d, "echo")
+
+	// The key's one token.
+	if _, err := d.Submit(t.Context(), "echo", `{}`, dispatcher.WithKey("acme")); err != nil {
+		t.Fatalf("first call: %v", err)
+	}
+	start := time.Now()
+	for round := range 10 {
+		id := fmt.Sprintf("dup-%d", round)
+		var wg sync.WaitGroup
+		errs := make([]error, 2)
+		for i := range 2 {
+			wg.Go(func() {
+				_, errs[i] = d.Submit(t.Context(), "echo", `{}`, dispatcher.WithKey("acme"), dispatcher.WithCallID(id))
+			})
+		}
+		wg.Wait()
+		if errs[0] != nil && errs[1] != nil {
+			continue // both refused: as it should be
+		}
+		r, err := d.Wait(t.Context(), id)
+		t.Fatalf("round %d, %s after the key's only token of the minute was spent: submit A = %v; submit B = %v; "+
+			"the call %q then ran: result %q, %v. Want both refused rate_limited (the key is over its rate of 1/m)",
+			round, time.Since(start).Round(time.Millisecond), errs[0], errs[1], id, r.Content, err)
+	}
+}
 
 // TestACanceledSubmitHoldsNoSlot: a caller whose context ends while its
 // call is admitted (a client that disconnects, an HTTP request canceled)
