@@ -563,6 +563,39 @@ func TestARedeliveryWhoseAnswerCannotBeReadIsNotRun(t *testing.T) {
 	}
 }
 
+// TestARedeliveryWithoutADeadlineWhoseAnswerCannotBeReadIsNotRun is
+// TestARedeliveryWhoseAnswerCannotBeReadIsNotRun with a call that has no
+// deadline (PROTOCOL.md: `deadline` is optional): the worker asks again
+// in place until the stream can be read, and never runs the call on a
+// failed read. Before, it asked for one AckWait, which the first failed
+// read (its own timeout) had used up, and then went on to the guards
+// after, none of which stops a call without a deadline: the tool ran a
+// second time. (Found by a review helper.)
+func TestARedeliveryWithoutADeadlineWhoseAnswerCannotBeReadIsNotRun(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	blocker := &fleettest.ReadBlocker{Stream: layout.ResultsStream}
+	blocker.Block(true)
+	js, err := jetstream.New(b.nats.Connect(t, nats.SetCustomDialer(blocker)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec executions
+	tool := failing("once", &rec, func(int) error { return nil })
+	cons := b.createConsumer("once", 300*time.Millisecond)
+	b.publishSeq(windlass.ToolCall{ID: "answered", Name: "once", Arguments: json.RawMessage(`{}`)})
+	b.takeAndLose(cons, "answered")
+	b.publishResult(windlass.ToolResult{CallID: "answered", Name: "once", Content: "from the lost worker", Attempt: 1, Worker: "lost"})
+	if r := b.result(5 * time.Second); r.Content != "from the lost worker" {
+		t.Fatalf("first result = %+v", r)
+	}
+	w, _ := b.start(worker.Config{JetStream: js, AckWait: 300 * time.Millisecond, MaxDeliver: 2}, tool)
+	fleettest.WaitFor(t, 30*time.Second, "two reads lost, or the call run", func() bool { return blocker.Lost() >= 2 || rec.count() > 0 })
+	if n := rec.count(); n != 0 {
+		t.Fatalf("the tool ran %d times for a call whose answer could not be read (stats %+v)", n, w.Stats())
+	}
+}
+
 // TestARetryThroughAResultsReadOutageIsNotBuried: a tool fails retryably
 // on its first attempt; while the retry waits, the worker cannot read the
 // results stream for a while (here: the stream is gone; in production its

@@ -160,16 +160,19 @@ func (w *Worker) unanswered(d *delivery, rel release.Release, fresh bool) (outco
 
 // untilAnswered calls ask until it returns nil or a refusal (wrapping
 // release.ErrInvalid), retrying any other error until until (the release's
-// expiry, or the call's deadline: past it the call cannot run anyway) or
-// the worker's shutdown, the heartbeat keeping the message meanwhile. It
-// returns ask's last error.
+// expiry, or the call's deadline: past it the call cannot run anyway; zero:
+// no bound) or the worker's shutdown, the heartbeat keeping the message
+// meanwhile. It returns ask's last error.
 func (w *Worker) untilAnswered(d *delivery, until time.Time, what string, ask func(context.Context) error) error {
 	err := ask(d.ctx)
 	if err == nil || errors.Is(err, release.ErrInvalid) {
 		return err // the usual case
 	}
 	d.log.WarnContext(d.ctx, "worker: "+what+"; asking again", "error", err)
-	ctx, cancel := context.WithDeadline(d.ctx, until)
+	ctx, cancel := context.WithCancel(d.ctx)
+	if !until.IsZero() {
+		ctx, cancel = context.WithDeadline(d.ctx, until)
+	}
 	defer cancel()
 	return retry.Do(ctx, retry.Policy{Initial: gatedRetryInterval}, func(ctx context.Context) error {
 		err := ask(ctx)

@@ -177,18 +177,15 @@ func dropped(reason release.Reason, detail string) outcome {
 // MaxDeliver of them would bury as worker_lost a call no worker lost. Past
 // the deadline it goes on to the guards after, which answer it timeout
 // without running it (an answer stored before stays the call's: the first
-// wins); at shutdown it is handed back.
+// wins); a call without a deadline is asked about until shutdown, when it
+// is handed back, as is any.
 func (w *Worker) alreadyAnswered(d *delivery) (outcome, bool) {
 	if d.released || d.call.Attempt == 1 {
 		return outcome{}, false
 	}
 	const what = "cannot tell whether the redelivered call was answered"
-	until := d.call.Deadline
-	if until.IsZero() {
-		until = time.Now().Add(w.cfg.AckWait)
-	}
 	var answered bool
-	err := w.untilAnswered(d, until, what, func(ctx context.Context) error {
+	err := w.untilAnswered(d, d.call.Deadline, what, func(ctx context.Context) error { // no deadline: until shutdown
 		var err error
 		_, answered, err = w.storedResult(ctx, d.call.ID)
 		return err
