@@ -291,22 +291,27 @@ func (d *Dispatcher) admit(ctx context.Context, p *prepared) error {
 	if !asked {
 		return nil
 	}
-	if dec.Held && !l.Rate.IsZero() {
+	if dec.Held {
 		// The id holds a slot, and publish found no record of its call
 		// before asking: another submit of it is most likely being
-		// admitted this moment, and its rate may yet refuse it (its slot
-		// then freed). Admitted now, without a charge, this one would
-		// queue a call the other was told was not queued. So the call's
-		// record is waited for — found, the other was accepted and this
-		// is the same call — else admission is asked again.
-		if _, ok := d.recordOf(ctx, p.call.ID, true); !ok {
-			if dec, asked = d.ask(ctx, tool, key, admitIt); !asked {
-				return nil
-			}
-			if dec.Held {
-				return &windlass.CallError{Code: windlass.CodeUnavailable, Retryable: true, RetryAfterMS: 1000, Message: fmt.Sprintf(
-					"Another submit of call id %q is being admitted and was not recorded within a second; ask for its status, or submit it again shortly (the same id is the same call).", p.call.ID)}
-			}
+		// admitted this moment, and its rate may yet refuse it, or its
+		// caller leave (either way its slot is then freed). Admitted now,
+		// without a slot or a charge, this one would queue a call the
+		// other was told was not queued, or run without a slot once the
+		// other's was freed. So the call's record is waited for — found,
+		// the other was accepted and this is the same call — else
+		// admission is asked again.
+		if _, ok := d.recordOf(ctx, p.call.ID, true); ok {
+			return nil // the same call, admitted before: no second slot or charge
+		}
+		if dec, asked = d.ask(ctx, tool, key, admitIt); !asked {
+			return nil
+		}
+		if dec.Held {
+			// The call may exist (the other submit may yet be stored):
+			// its id goes with the answer, as with an unconfirmed publish.
+			return unconfirmedCall{&windlass.CallError{Code: windlass.CodeUnavailable, Retryable: true, RetryAfterMS: 1000, Message: fmt.Sprintf(
+				"Another submit of call id %q is being admitted, or was and its record cannot be read now; ask for its status, or submit it again shortly (the same id is the same call).", p.call.ID)}}
 		}
 	}
 	if dec.KeyInFlight > 0 || dec.ToolInFlight > 0 {

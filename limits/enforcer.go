@@ -50,10 +50,14 @@ type Decision struct {
 	// the key's cap and the tool's after the decision (when the caps were
 	// asked).
 	KeyInFlight, ToolInFlight int
-	// Held reports that the call's id held its slot already: a resubmit
-	// of a call admitted before — or another submit of the id being
-	// admitted this very moment, whose rate may yet refuse it (see the
-	// dispatcher's admission). It was admitted without a slot or a charge.
+	// Held reports that the call's id holds its slot already, which this
+	// decision neither allows nor refuses: it is a resubmit of a call
+	// admitted before (the same call: allowed without a second slot or
+	// charge), or another submit of the id being admitted this very
+	// moment, which its rate may yet refuse or its caller abandon (its
+	// slot then freed). The caller tells which: the dispatcher admits it
+	// once the call's record shows the other submit accepted, else asks
+	// again.
 	Held bool
 }
 
@@ -184,12 +188,8 @@ func (e *Enforcer) Admit(ctx context.Context, tool, key, callID string, lapse ti
 		if err != nil {
 			return Decision{}, fmt.Errorf("limits: admit a call of %q for key %q: %w", tool, key, err)
 		}
-		switch {
-		case dec.Held:
-			dec.Allowed = true
-			return dec, nil // a resubmit: the same call, already counted and charged
-		case !dec.Allowed:
-			return dec, nil
+		if dec.Held || !dec.Allowed {
+			return dec, nil // held: not decided here (see Decision.Held)
 		}
 		dec.Slot = &Slot{tool: tool, key: key, callID: callID}
 	}
