@@ -196,11 +196,32 @@ func (h *Handler) call(ctx context.Context, req *mcp.CallToolRequest, t callTarg
 	case waitCtx.Err() != nil:
 		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), cancelTimeout)
 		defer ccancel()
-		_ = h.d.Cancel(cctx, id, "no result before the MCP server's bound")
-		return errorResult(id, windlass.CodeTimeout, fmt.Sprintf("Tool %q timed out: no result within %s.", t.name, bound.Round(time.Second))), nil
+		return h.pastTheBound(cctx, t.name, id, bound), nil
 	default:
 		return errorResult(id, windlass.CodeUnavailable, fmt.Sprintf("The fleet could not report the result of the call to %q: %v", t.name, watchErr)), nil
 	}
+}
+
+// pastTheBound answers a call whose result did not come within the MCP
+// server's bound: it is canceled in the fleet, and the client told it
+// timed out — unless it finished meanwhile (its result, then: the
+// cancellation found it answered), or whether it did cannot be read
+// (unavailable, with its id: it may have run, and succeeded).
+func (h *Handler) pastTheBound(ctx context.Context, name, id string, bound time.Duration) *mcp.CallToolResult {
+	var finished *dispatcher.FinishedError
+	switch err := h.d.Cancel(ctx, id, "no result before the MCP server's bound"); {
+	case errors.As(err, &finished):
+		r, err := h.d.Result(ctx, id) // its content, fetched if by reference
+		if err != nil {
+			return errorResult(id, windlass.CodeUnavailable, fmt.Sprintf(
+				"The call to %q finished, but its result could not be fetched now; ask for call %s's result later: %v", name, id, err))
+		}
+		return resultOf(r)
+	case err != nil:
+		return errorResult(id, windlass.CodeUnavailable, fmt.Sprintf(
+			"No result of the call to %q within %s, and whether it finished could not be read (it may have run, and succeeded); ask for call %s's result later: %v", name, bound.Round(time.Second), id, err))
+	}
+	return errorResult(id, windlass.CodeTimeout, fmt.Sprintf("Tool %q timed out: no result within %s.", name, bound.Round(time.Second)))
 }
 
 // sessionID is the id of the MCP session a request came in.
