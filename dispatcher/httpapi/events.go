@@ -24,8 +24,11 @@ type Event struct {
 
 // callEvents is GET /v1/calls/{id}/events: the call's events as
 // server-sent events (queued, started, progress, retrying), then finished
-// carrying the result, after which the stream ends. A wait that ends
-// without a result ends the stream with an "error" event. Each event is
+// carrying the result, after which the stream ends. The stream follows
+// the call until its deadline (and a little after); a wait that ends
+// without a result ends the stream with an "error" event, code
+// unavailable, never timeout (a call that timed out finishes with its
+// timeout result). Each event is
 // flushed as it comes; an idle stream gets a comment every KeepAlive.
 // Streams are bounded per API key and per process (429 beyond); the
 // dispatcher's consumer of a stream is deleted when the stream ends.
@@ -65,14 +68,26 @@ func (h *Handler) callEvents(w http.ResponseWriter, r *http.Request) {
 	defer wg.Wait()
 	defer stop() // runs before wg.Wait
 
-	for e, err := range h.cfg.Dispatcher.Watch(ctx, id) {
+	// The stream follows the call until its own deadline, and a little
+	// after, by when the fleet has answered it (timeout, if nothing
+	// else) — not the dispatcher's MaxWait, which a long call or a gated
+	// one waiting for a person outlasts.
+	watchCtx := ctx
+	if !st.Deadline.IsZero() {
+		var cancel context.CancelFunc
+		watchCtx, cancel = context.WithDeadline(ctx, st.Deadline.Add(streamPastDeadline))
+		defer cancel()
+	}
+	for e, err := range h.cfg.Dispatcher.Watch(watchCtx, id) {
 		if err != nil {
 			if ctx.Err() == nil {
-				code := windlass.CodeUnavailable
+				// Never timeout: that is the call's own answer, which a
+				// finished event carries. The stream's wait ended first.
+				msg := err.Error()
 				if errors.Is(err, context.DeadlineExceeded) {
-					code = windlass.CodeTimeout
+					msg = fmt.Sprintf("The stream ended before the call's result came; the call may still be queued or running: reconnect, or ask for call %s's status (%v).", id, err)
 				}
-				_ = s.event("error", ErrorBody{Error: windlass.CallError{Code: code, Message: err.Error()}})
+				_ = s.event("error", ErrorBody{Error: windlass.CallError{Code: windlass.CodeUnavailable, Message: msg}})
 			}
 			return
 		}
@@ -81,6 +96,10 @@ func (h *Handler) callEvents(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 }
+
+// streamPastDeadline is how long an event stream follows a call past its
+// deadline: its timeout answer is stored by then.
+const streamPastDeadline = 10 * time.Second
 
 // sseWriter writes server-sent events; the keep-alive goroutine and the
 // handler share it.
