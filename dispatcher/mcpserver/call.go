@@ -18,6 +18,7 @@ import (
 
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/dispatcher"
+	"github.com/windlass-dev/windlass/internal/layout"
 	"github.com/windlass-dev/windlass/internal/telemetry"
 )
 
@@ -37,7 +38,7 @@ const (
 	// call, run once, and gets its answer. The id must pass
 	// [windlass.ValidateCallID]; another is refused with an isError
 	// result, code invalid_call.
-	MetaCallID = "dev.windlass/call_id"
+	MetaCallID = layout.MCPMetaCallID
 	// MetaErrorCode is the result's error code (invalid_arguments,
 	// timeout, rejected, …) when isError is set.
 	MetaErrorCode = "dev.windlass/error_code"

@@ -24,7 +24,11 @@
 // result with the text; structuredContent becomes the result's value (its
 // data), otherwise the text content is the value. A call made while the
 // server is unreachable waits for the reconnection within its own deadline;
-// a call whose connection broke fails retryable, so the worker tries again.
+// a call whose connection broke (also when the SDK reports the lost answer
+// as "rejected by transport") fails retryable, so the worker tries again.
+// Each request carries the fleet call's id in _meta (dev.windlass/call_id):
+// a windlass MCP server runs one id once, and any server may use it to make
+// a retried call's effect idempotent.
 //
 // # Changes: one worker per tool set
 //

@@ -15,6 +15,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/windlass-dev/windlass"
+	"github.com/windlass-dev/windlass/internal/layout"
 	"github.com/windlass-dev/windlass/internal/retry"
 )
 
@@ -203,6 +204,12 @@ func hintsOf(a *mcp.ToolAnnotations) *windlass.ToolHints {
 	return h
 }
 
+// rejectedByTransport is the JSON-RPC code the MCP SDK gives a request
+// its transport failed to carry, or whose answer it lost (the connection
+// broke): not the server's answer, so the session is treated as broken
+// and the call retried, like any other such failure.
+const rejectedByTransport = -32005
+
 // call forwards one call to the server.
 func (r *remote) call(ctx context.Context, remoteName string, args json.RawMessage) (any, error) {
 	cs, err := r.current(ctx)
@@ -212,13 +219,21 @@ func (r *remote) call(ctx context.Context, remoteName string, args json.RawMessa
 	if len(args) == 0 || string(args) == "null" {
 		args = json.RawMessage(`{}`)
 	}
-	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: remoteName, Arguments: args})
+	params := &mcp.CallToolParams{Name: remoteName, Arguments: args}
+	if info, ok := windlass.CallInfoFromContext(ctx); ok {
+		// The fleet's call id, as a windlass MCP server takes it: one id
+		// is one call there, so a retry after a broken connection is not
+		// run twice; any other server may use it to make its effect
+		// idempotent, as the fleet asks every tool to.
+		params.Meta = mcp.Meta{layout.MCPMetaCallID: info.ID}
+	}
+	res, err := cs.CallTool(ctx, params)
 	if err != nil {
 		var wire *jsonrpc.Error
 		switch {
 		case ctx.Err() != nil:
 			return nil, context.Cause(ctx)
-		case errors.As(err, &wire):
+		case errors.As(err, &wire) && wire.Code != rejectedByTransport:
 			// The server answered with a protocol error (unknown tool,
 			// invalid params): not worth retrying.
 			return nil, fmt.Errorf("MCP server %s: tool %q: %w", r.server.URL, remoteName, err)
