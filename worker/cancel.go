@@ -33,6 +33,7 @@ type cancellations struct {
 	applied    atomic.Uint64
 	caughtUpAt atomic.Int64
 	epoch      time.Time
+	keep       atomic.Int64  // how long the stream keeps a cancellation (its max age; 0: for ever)
 	probe      chan struct{} // asks the follower's goroutine for a probe
 	landed     chan struct{} // closed when the probe asked for next has landed; nil: none asked for (under mu)
 
@@ -40,6 +41,11 @@ type cancellations struct {
 	// delivered, before it is applied.
 	delivered func(subject string)
 }
+
+// kept is how long the cancels stream keeps a cancellation (0: for ever):
+// a call that waited longer may have been canceled with no record left to
+// say so.
+func (c *cancellations) kept() time.Duration { return time.Duration(c.keep.Load()) }
 
 func newCancellations() *cancellations {
 	return &cancellations{canceled: map[string]windlass.Cancellation{}, running: map[string]context.CancelCauseFunc{}, probe: make(chan struct{}, 1),
@@ -174,6 +180,7 @@ func (c *cancellations) follow(ctx context.Context, js jetstream.JetStream, log 
 	if err != nil {
 		return nil, fmt.Errorf("worker: cancels stream: %w", err)
 	}
+	c.keep.Store(int64(info.Config.MaxAge))
 	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{layout.CancelSubjects}})
 	if err != nil {
 		return nil, fmt.Errorf("worker: follow cancellations: %w", err)
@@ -219,7 +226,6 @@ func (c *cancellations) follow(ctx context.Context, js jetstream.JetStream, log 
 		log.Warn("worker: cancellations not loaded after 10s; starting anyway")
 	case <-ctx.Done():
 	}
-	keep := layout.CancelsConfig(layout.StreamOptions{}).MaxAge
 	pruned := make(chan struct{})
 	prunerCtx, stopPruner := context.WithCancel(ctx)
 	go func() {
@@ -231,7 +237,9 @@ func (c *cancellations) follow(ctx context.Context, js jetstream.JetStream, log 
 			case <-prunerCtx.Done():
 				return
 			case <-t.C:
-				c.prune(time.Now().Add(-keep))
+				if keep := c.kept(); keep > 0 {
+					c.prune(time.Now().Add(-keep))
+				}
 			case <-c.probe:
 				landed := c.probing()
 				c.checkCaughtUp(prunerCtx, stream)
