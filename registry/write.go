@@ -70,14 +70,17 @@ return out
 // commitScript ends an advertisement, in the {registry} slot, after its
 // tools' scripts: it drops lapsed entries of the lease index, records the
 // worker's lease expiry there and its hash (when it holds a lease), lists
-// the tools it took, and, when a tool's keys changed, writes a new version
-// token and announces it. The token is written after the tools' keys, so
-// a view that reads it reads their new state.
+// every tool it holds (a tools set that lost them — the slot's master
+// restarted empty, on Redis Cluster, while the tools' keys kept the leases
+// — lists them again), and, when a tool's keys changed, a tool was listed
+// anew or the version token is gone, writes a new version token and
+// announces it. The token is written after the tools' keys, so a view
+// that reads it reads their new state.
 //
 // KEYS: leases zset, version, worker hash, tools set. ARGV: now_ms,
 // expiry_ms (0: the worker holds no lease), ttl_ms, worker id, worker
-// info json, version token ("": nothing changed), channel, then the names
-// of the tools taken.
+// info json, a new version token, channel, "1" when a tool's keys changed
+// (else "0"), then the names of the tools held.
 var commitScript = redis.NewScript(`
 local now, exp, ttl = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
@@ -86,10 +89,11 @@ if exp > 0 then
   redis.call('HSET', KEYS[3], 'info', ARGV[5])
   redis.call('PEXPIRE', KEYS[3], ttl)
 end
-for i = 8, #ARGV do
-  redis.call('SADD', KEYS[4], ARGV[i])
+local listed = 0
+for i = 9, #ARGV do
+  listed = listed + redis.call('SADD', KEYS[4], ARGV[i])
 end
-if ARGV[6] ~= '' then
+if ARGV[8] == '1' or listed > 0 or redis.call('EXISTS', KEYS[2]) == 0 then
   redis.call('SET', KEYS[2], ARGV[6])
   redis.call('PUBLISH', ARGV[7], ARGV[6])
 end
@@ -123,6 +127,7 @@ func newToken() string { return rand.Text() }
 type adState struct {
 	unannounced bool
 	unlisted    []string
+	listed      []string // the tools held, listed again on every commit
 	// holds: the last attempt left the worker holding a lease on a tool.
 	holds bool
 }
@@ -202,6 +207,12 @@ func (r *Registry) advertiseOnce(ctx context.Context, ad Advertisement, started 
 		}
 	}
 	st.holds = slices.Contains(held, true)
+	st.listed = st.listed[:0]
+	for i, s := range ad.Specs {
+		if held[i] {
+			st.listed = append(st.listed, s.Name)
+		}
+	}
 	if err := r.commit(ctx, ad, started, now, exp, st.holds, st); err != nil {
 		return err
 	}
@@ -222,12 +233,12 @@ func (r *Registry) commit(ctx context.Context, ad Advertisement, started, now, e
 	if holds {
 		expMS = exp.UnixMilli()
 	}
-	token := ""
+	changed := "0"
 	if st.unannounced {
-		token = newToken()
+		changed = "1"
 	}
-	args := []any{now.UnixMilli(), expMS, r.cfg.TTL.Milliseconds(), ad.WorkerID, workerInfoJSON(ad, started), token, r.channel()}
-	for _, n := range st.unlisted {
+	args := []any{now.UnixMilli(), expMS, r.cfg.TTL.Milliseconds(), ad.WorkerID, workerInfoJSON(ad, started), newToken(), r.channel(), changed}
+	for _, n := range append(st.listed, st.unlisted...) { // listing one twice does nothing
 		args = append(args, n)
 	}
 	keys := []string{r.leasesKey(), r.versionKey(), r.workerKey(ad.WorkerID), r.toolsKey()}
