@@ -503,7 +503,14 @@ func (s *Service) intake(ctx context.Context, msg jetstream.Msg) {
 	if strings.ContainsRune(h.Requester, ',') {
 		h.Requester = strings.ReplaceAll(h.Requester, ",", "_")
 	}
-	if _, err := s.store.hold(ctx, h); err != nil {
+	switch _, err := s.store.hold(ctx, h); {
+	case errors.Is(err, errAnotherCall):
+		// Not the held call (anyone who may publish calls may send a
+		// message with its id): neither held nor answered.
+		log.WarnContext(ctx, "approval: a message with a held call's id and other arguments; terminating it", "call_id", call.ID, "error", err)
+		_ = msg.Term()
+		return
+	case err != nil:
 		log.ErrorContext(ctx, "approval: could not persist the call; leaving it for redelivery", "call_id", call.ID, "error", err)
 		return // not acked: redelivered after the ack wait
 	}

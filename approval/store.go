@@ -289,14 +289,21 @@ return 1
 `)
 
 // bodyScript writes a held call's body, with its expiry, unless it has
-// one: the first message of an id is the call. KEYS: the body. ARGV: the
-// expiry (Unix ms), then the fields and values.
+// one: the first message of an id is the call. It returns the arguments
+// hash of the body the id has now (the one written, or the one found; ""
+// for a body written before bodies held their hash). KEYS: the body.
+// ARGV: the expiry (Unix ms), then the fields and values (args_hash among
+// them).
 var bodyScript = redis.NewScript(`
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+if redis.call('EXISTS', KEYS[1]) == 1 then return redis.call('HGET', KEYS[1], 'args_hash') or '' end
 redis.call('HSET', KEYS[1], unpack(ARGV, 2))
 redis.call('PEXPIREAT', KEYS[1], ARGV[1])
-return 1
+return redis.call('HGET', KEYS[1], 'args_hash')
 `)
+
+// errAnotherCall is a message of an id whose held call (its body written
+// already) has other arguments: not that call.
+var errAnotherCall = errors.New("approval: the id is held for a call with other arguments")
 
 // hold persists a new held call; it reports false for one already held.
 // The bulk is written first, on its own slot, with an expiry (the window
@@ -308,7 +315,7 @@ func (s *store) hold(ctx context.Context, h *HeldCall) (bool, error) {
 		return false, err
 	}
 	meta, _ := json.Marshal(h.Metadata)
-	body := []any{"call", string(callJSON), "args", string(h.Arguments), "metadata", string(meta)}
+	body := []any{"call", string(callJSON), "args", string(h.Arguments), "metadata", string(meta), "args_hash", h.ArgsHash}
 	if h.ArgumentsRef != nil {
 		ref, _ := json.Marshal(h.ArgumentsRef)
 		body = append(body, "args_ref", string(ref), "args_preview", h.ArgumentsPreview)
@@ -316,9 +323,17 @@ func (s *store) hold(ctx context.Context, h *HeldCall) (bool, error) {
 	// Written only when there is none: a second message with a held
 	// call's id (anyone who may publish calls may send one) must not
 	// change what the reviewers see and approve, nor what is released.
+	// Nor may the state be written from such a message once a body is:
+	// a hold interrupted between the two (a crash, a failed write) leaves
+	// the first message's body, and its redelivery, not another message
+	// of the id, writes the state.
 	bodyArgs := append([]any{h.ExpiresAt.Add(s.retention).UnixMilli()}, body...)
-	if err := bodyScript.Run(ctx, s.rc, []string{s.bodyKey(h.ID)}, bodyArgs...).Err(); err != nil {
+	bodyHash, err := bodyScript.Run(ctx, s.rc, []string{s.bodyKey(h.ID)}, bodyArgs...).Text()
+	if err != nil {
 		return false, fmt.Errorf("approval: hold %q: %w", h.ID, err)
+	}
+	if bodyHash != "" && bodyHash != h.ArgsHash {
+		return false, fmt.Errorf("%w: %q holds arguments of hash %s, this message %s", errAnotherCall, h.ID, bodyHash, h.ArgsHash)
 	}
 	args := []any{h.ID, h.RequestedAt.UnixMilli(), h.ExpiresAt.UnixMilli(),
 		"args_hash", h.ArgsHash, "tool", h.Tool,
