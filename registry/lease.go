@@ -52,6 +52,7 @@ func (r *Registry) Advertise(ctx context.Context, ad Advertisement) (*Lease, err
 		return nil, err
 	}
 	l.lastOK = time.Now()
+	l.st.renewing = true // from here on, a conflict on one tool does not hold back the others
 	hbCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	l.cancel = cancel
 	go l.heartbeat(hbCtx)

@@ -1,6 +1,7 @@
 package registry_test
 
 import (
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -10,6 +11,58 @@ import (
 	"github.com/windlass-dev/windlass/internal/testserver"
 	"github.com/windlass-dev/windlass/registry"
 )
+
+// TestAConflictOnOneToolDoesNotUnadvertiseTheOthers: a worker serves two
+// tools, "search" (spec v1) and "report"; a rolling upgrade brings a
+// worker of "search" v2 with Replace. Redis loses its data (flushed, or
+// restarted empty) and the upgraded worker's heartbeat re-advertises
+// first. The first worker's heartbeat is then refused for "search", and
+// takes "report" all the same, which it still serves. Before, a refused
+// advertisement took nothing, also a heartbeat's: "report" vanished from
+// the registry and every dispatcher refused its calls (unknown_tool, or
+// no_worker) for as long as the upgraded worker lived. (Found by a review
+// helper.)
+func TestAConflictOnOneToolDoesNotUnadvertiseTheOthers(t *testing.T) {
+	t.Parallel()
+	rs := testserver.StartRedis(t)
+	client := rs.Client(t)
+	slow, err := registry.New(registry.Config{Client: client, TTL: 3 * time.Second, HeartbeatInterval: time.Second, ResyncInterval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fast, err := registry.New(registry.Config{Client: client, TTL: 3 * time.Second, HeartbeatInterval: 100 * time.Millisecond, ResyncInterval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v1, v2, report := spec("search", "v1"), spec("search", "v2"), spec("report", "Report.")
+	mixed := advertise(t, slow, registry.Advertisement{WorkerID: "mixed", Specs: []windlass.Spec{v1, report}})
+	advertise(t, fast, registry.Advertisement{WorkerID: "upgraded", Specs: []windlass.Spec{v2}, Replace: true})
+	reportServedBy := func(id string) bool {
+		info, err := slow.Lookup(t.Context(), "report")
+		return err == nil && slices.Contains(info.LiveWorkers(time.Now()), id)
+	}
+	if !reportServedBy("mixed") {
+		t.Fatal("report not advertised at the start")
+	}
+
+	if err := client.FlushAll(t.Context()).Err(); err != nil { // Redis lost its data
+		t.Fatal(err)
+	}
+	// The upgraded worker (heartbeat every 100 ms) re-advertises before
+	// the mixed one (every second).
+	fleettest.WaitFor(t, 2*time.Second, "the upgraded worker re-advertised", func() bool {
+		info, err := slow.Lookup(t.Context(), "search")
+		return err == nil && info.Hash == v2.Hash() && info.HasLiveWorker(time.Now())
+	})
+	// The mixed worker is alive and heartbeating: it advertises "report"
+	// again, and its lease reports the conflict on "search".
+	fleettest.WaitFor(t, 10*time.Second, "the live worker serving report advertising it again", func() bool { return reportServedBy("mixed") })
+	var conflict *registry.ConflictError
+	fleettest.WaitFor(t, 10*time.Second, "the conflict on search reported", func() bool {
+		_, err := mixed.Status()
+		return errors.As(err, &conflict) && conflict.Tool == "search"
+	})
+}
 
 // TestAToolComesBackAfterTheRegistrySlotsMasterRestartsEmpty: on a Redis
 // Cluster, the master holding the {registry} slot (the tools set, the

@@ -128,6 +128,12 @@ type adState struct {
 	unannounced bool
 	unlisted    []string
 	listed      []string // the tools held, listed again on every commit
+	// renewing is set once the advertisement was accepted (Advertise
+	// returned its lease): its heartbeats take every tool they can, and a
+	// conflict on one (another worker replaced its spec while this one's
+	// lease was lost: Redis lost its data, the lease lapsed) is reported
+	// without holding back the others, which this worker still serves.
+	renewing bool
 	// holds: the last attempt left the worker holding a lease on a tool.
 	holds bool
 }
@@ -168,19 +174,23 @@ func (r *Registry) runTool(ctx context.Context, ad Advertisement, s windlass.Spe
 // keys are one slot), then the commit in the {registry} slot. A first pass
 // renews the leases the worker holds and looks for conflicts; only when
 // there is none does a second pass take the tools it does not hold, so a
-// refused advertisement takes nothing. It returns a *ConflictError on a
-// conflict.
+// refused advertisement takes nothing — except when renewing (a
+// heartbeat): then the second pass takes every tool that does not
+// conflict. It returns a *ConflictError on a conflict.
 func (r *Registry) advertiseOnce(ctx context.Context, ad Advertisement, started time.Time, st *adState) error {
+	var conflict *ConflictError
 	if err := r.legacyAdvertise(ctx, ad, started); err != nil {
-		return err
+		if !st.renewing || !errors.As(err, &conflict) {
+			return err
+		}
 	}
 	now := time.Now()
 	exp := now.Add(r.cfg.TTL)
 	held := make([]bool, len(ad.Specs))
-	var conflict *ConflictError
+	refused := make([]bool, len(ad.Specs))
 	for _, take := range []bool{false, true} {
 		for i, s := range ad.Specs {
-			if held[i] || (take && conflict != nil) {
+			if held[i] || refused[i] || (take && conflict != nil && !st.renewing) {
 				continue
 			}
 			res, err := r.runTool(ctx, ad, s, now, exp, take)
@@ -200,6 +210,7 @@ func (r *Registry) advertiseOnce(ctx context.Context, ad Advertisement, started 
 						"tool", s.Name, "worker", ad.WorkerID, "rate", ad.Rates[s.Name].String(), "live_rate", cmp.Or(res.liveRate, "none"))
 				}
 			case "conflict":
+				refused[i] = true
 				if conflict == nil {
 					conflict = &ConflictError{Tool: s.Name, Hash: s.Hash(), LiveHash: res.liveRate, Workers: res.workers}
 				}
