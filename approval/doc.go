@@ -96,7 +96,9 @@
 // tagged by the call id, so it shards across a cluster's masters:
 //
 //	<p>call:{<id>}               HASH  the call's bulk: call (the message), args, metadata,
-//	                                   args_ref, args_preview; expires with the window plus
+//	                                   args_ref, args_preview, intake_args_hash (of the
+//	                                   message held: another of the id is not it); written
+//	                                   once; expires with the window plus
 //	                                   the retention (deleted with the call before that)
 //	<p>{index}:call:<id>         HASH  its state: args_hash, approved_args, tool, spec_hash,
 //	                                   requester, origin, requested_ms, expires_ms, required,

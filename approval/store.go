@@ -292,13 +292,14 @@ return 1
 // one: the first message of an id is the call. It returns the arguments
 // hash of the body the id has now (the one written, or the one found; ""
 // for a body written before bodies held their hash). KEYS: the body.
-// ARGV: the expiry (Unix ms), then the fields and values (args_hash among
-// them).
+// ARGV: the expiry (Unix ms), then the fields and values (intake_args_hash
+// among them: the hash the call came with, not the state's args_hash,
+// which an edit changes).
 var bodyScript = redis.NewScript(`
-if redis.call('EXISTS', KEYS[1]) == 1 then return redis.call('HGET', KEYS[1], 'args_hash') or '' end
+if redis.call('EXISTS', KEYS[1]) == 1 then return redis.call('HGET', KEYS[1], 'intake_args_hash') or '' end
 redis.call('HSET', KEYS[1], unpack(ARGV, 2))
 redis.call('PEXPIREAT', KEYS[1], ARGV[1])
-return redis.call('HGET', KEYS[1], 'args_hash')
+return redis.call('HGET', KEYS[1], 'intake_args_hash')
 `)
 
 // errAnotherCall is a message of an id whose held call (its body written
@@ -315,7 +316,7 @@ func (s *store) hold(ctx context.Context, h *HeldCall) (bool, error) {
 		return false, err
 	}
 	meta, _ := json.Marshal(h.Metadata)
-	body := []any{"call", string(callJSON), "args", string(h.Arguments), "metadata", string(meta), "args_hash", h.ArgsHash}
+	body := []any{"call", string(callJSON), "args", string(h.Arguments), "metadata", string(meta), "intake_args_hash", h.ArgsHash}
 	if h.ArgumentsRef != nil {
 		ref, _ := json.Marshal(h.ArgumentsRef)
 		body = append(body, "args_ref", string(ref), "args_preview", h.ArgumentsPreview)
