@@ -16,7 +16,6 @@ import (
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/dispatcher"
 	"github.com/windlass-dev/windlass/internal/fleettest"
-	"github.com/windlass-dev/windlass/limits"
 	"github.com/windlass-dev/windlass/worker"
 )
 
@@ -187,18 +186,11 @@ func TestRetriedPublishStillChecksTheID(t *testing.T) {
 		return in.A + in.B, nil
 	})
 	e := newEnv(t, add)
-	// Without admission limits: under a cap, the second submit's slot,
-	// taken before its publish, holds the id, and the first submit (made
-	// here inside that publish) is not admitted until the second's record
-	// shows (see dispatcher/limits.go, Decision.Held) — which this mock's
-	// synchronous race never lets it.
-	first := e.Dispatcher(dispatcher.Config{Limits: limits.Unlimited()})
-	e.liveIn(first, "add", "")
-	other := e.Dispatcher(dispatcher.Config{Limits: limits.Unlimited()})
+	other := e.another()
 	e.liveIn(other, "add", "")
 	dispatcher.WrapJetStream(other, func(js jetstream.JetStream) jetstream.JetStream {
 		return &lostAckJS{JetStream: js, before: func() {
-			if _, err := first.Submit(t.Context(), "add", `{"a":1,"b":2}`, dispatcher.WithCallID("x")); err != nil {
+			if _, err := e.d.Submit(t.Context(), "add", `{"a":1,"b":2}`, dispatcher.WithCallID("x")); err != nil {
 				t.Errorf("first submit: %v", err)
 			}
 		}}
@@ -207,10 +199,10 @@ func TestRetriedPublishStillChecksTheID(t *testing.T) {
 	if _, err := other.Submit(t.Context(), "add", `{"a":1,"b":3}`, dispatcher.WithCallID("x")); !errors.As(err, &ce) || ce.Code != windlass.CodeIDConflict {
 		t.Errorf("second submit, other arguments, its publish retried: %v, want id_conflict", err)
 	}
-	if _, err := first.Submit(t.Context(), "add", `{"b":2,"a":1}`, dispatcher.WithCallID("x")); err != nil {
+	if _, err := e.d.Submit(t.Context(), "add", `{"b":2,"a":1}`, dispatcher.WithCallID("x")); err != nil {
 		t.Errorf("the first caller's retry (same tool, same arguments): %v", err)
 	}
-	if r, err := first.Wait(waitCtx(t, 10*time.Second), "x"); err != nil || r.Content != "3" {
+	if r, err := e.d.Wait(waitCtx(t, 10*time.Second), "x"); err != nil || r.Content != "3" {
 		t.Errorf("the call's result = %+v, %v; want 1+2", r, err)
 	}
 }

@@ -293,25 +293,22 @@ func (d *Dispatcher) admit(ctx context.Context, p *prepared) error {
 	}
 	if dec.Held {
 		// The id holds a slot, and publish found no record of its call
-		// before asking: another submit of it is most likely being
-		// admitted this moment, and its rate may yet refuse it, or its
-		// caller leave (either way its slot is then freed). Admitted now,
-		// without a slot or a charge, this one would queue a call the
-		// other was told was not queued, or run without a slot once the
-		// other's was freed. So the call's record is waited for — found,
-		// the other was accepted and this is the same call — else
-		// admission is asked again.
+		// before asking: another submit of it may be being admitted this
+		// moment, and its rate may yet refuse it, or its caller leave
+		// (either way its slot is then freed). Admitted at once, without
+		// a slot or a charge, this one would queue a call the other was
+		// told was not queued, or run without a slot once the other's was
+		// freed. So the call's record is waited for — found, the other
+		// was accepted and this is the same call — else admission is
+		// asked again: a slot still held then is a settled submit's (its
+		// publish unconfirmed, or its record unreadable now), and this
+		// is the same call, admitted without a second slot or charge, as
+		// the answer to that submit said it would be.
 		if _, ok := d.recordOf(ctx, p.call.ID, true); ok {
 			return nil // the same call, admitted before: no second slot or charge
 		}
-		if dec, asked = d.ask(ctx, tool, key, admitIt); !asked {
+		if dec, asked = d.ask(ctx, tool, key, admitIt); !asked || dec.Held {
 			return nil
-		}
-		if dec.Held {
-			// The call may exist (the other submit may yet be stored):
-			// its id goes with the answer, as with an unconfirmed publish.
-			return unconfirmedCall{&windlass.CallError{Code: windlass.CodeUnavailable, Retryable: true, RetryAfterMS: 1000, Message: fmt.Sprintf(
-				"Another submit of call id %q is being admitted, or was and its record cannot be read now; ask for its status, or submit it again shortly (the same id is the same call).", p.call.ID)}}
 		}
 	}
 	if dec.KeyInFlight > 0 || dec.ToolInFlight > 0 {
