@@ -59,8 +59,7 @@ const (
 
 // MCPMetaCallID is the _meta key of a call's id in MCP: a windlass MCP
 // server takes a tools/call request's as the call's id (its
-// deduplication key) and answers with it (mcpserver.MetaCallID), and a
-// worker's bridge to a remote MCP server sends the fleet call's id in it.
+// deduplication key) and answers with it (mcpserver.MetaCallID).
 const MCPMetaCallID = "dev.windlass/call_id"
 
 // Header names on call and result messages.

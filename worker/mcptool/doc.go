@@ -25,10 +25,8 @@
 // data), otherwise the text content is the value. A call made while the
 // server is unreachable waits for the reconnection within its own deadline;
 // a call whose connection broke (also when the SDK reports the lost answer
-// as "rejected by transport") fails retryable, so the worker tries again.
-// Each request carries the fleet call's id in _meta (dev.windlass/call_id):
-// a windlass MCP server runs one id once, and any server may use it to make
-// a retried call's effect idempotent.
+// as "rejected by transport") fails retryable, so the worker tries again:
+// a remote tool may then run twice (at least once, as any retried tool).
 //
 // # Changes: one worker per tool set
 //

@@ -15,7 +15,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/windlass-dev/windlass"
-	"github.com/windlass-dev/windlass/internal/layout"
 	"github.com/windlass-dev/windlass/internal/retry"
 )
 
@@ -219,15 +218,11 @@ func (r *remote) call(ctx context.Context, remoteName string, args json.RawMessa
 	if len(args) == 0 || string(args) == "null" {
 		args = json.RawMessage(`{}`)
 	}
-	params := &mcp.CallToolParams{Name: remoteName, Arguments: args}
-	if info, ok := windlass.CallInfoFromContext(ctx); ok {
-		// The fleet's call id, as a windlass MCP server takes it: one id
-		// is one call there, so a retry after a broken connection is not
-		// run twice; any other server may use it to make its effect
-		// idempotent, as the fleet asks every tool to.
-		params.Meta = mcp.Meta{layout.MCPMetaCallID: info.ID}
-	}
-	res, err := cs.CallTool(ctx, params)
+	// The fleet's call id is not sent as the remote call's (in _meta): a
+	// windlass MCP server would take a retry for the same call — and the
+	// broken session's end, which cancels that session's calls there,
+	// would have answered it canceled. A retry is a new call there.
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: remoteName, Arguments: args})
 	if err != nil {
 		var wire *jsonrpc.Error
 		switch {
