@@ -287,11 +287,13 @@ func (w *Worker) canceledBefore(d *delivery) (outcome, bool) {
 	if !canceled && time.Since(d.meta.Timestamp) > cancelCheckAfter {
 		rec, canceled = w.canceledWhileQueued(d)
 	}
-	if waited, keep := time.Since(d.meta.Timestamp), w.cancels.kept(); !canceled && keep > 0 && waited > keep {
+	if waited, keep := time.Since(d.meta.Timestamp), w.cancels.kept(); !canceled && d.call.Attempt == 1 && keep > 0 && waited > keep {
 		// Its cancellation, had there been one, and the canceled answer
 		// are gone from their streams (a deadline past their max age): it
 		// cannot be known that its caller did not cancel it, so it is not
-		// run.
+		// run. Only a first delivery: a later one was checked when its
+		// first attempt started, and followed since (the message's time
+		// is still its first publish).
 		r := windlass.ErrorResult(d.call, windlass.CodeTimeout, fmt.Sprintf(
 			"Tool %q timed out: the call waited %s in the queue, longer than the fleet keeps cancellations (%s), so whether it was canceled meanwhile cannot be known; it was not run.",
 			d.call.Name, waited.Round(time.Second), keep))
