@@ -67,9 +67,22 @@ func (d *dyingClient) kill() {
 	d.conns = nil
 }
 
-// transport is an SDK client transport through d.
+// transport is an SDK client transport through d. It never sends a
+// DELETE: the client is one whose process dies without ending its session
+// (the SDK client may close its session on its own when one of its
+// connections fails, which a test of such a client must not race).
 func (d *dyingClient) transport(url string) *mcp.StreamableClientTransport {
-	return &mcp.StreamableClientTransport{Endpoint: url, MaxRetries: -1, HTTPClient: &http.Client{Transport: d.tr}}
+	return &mcp.StreamableClientTransport{Endpoint: url, MaxRetries: -1, HTTPClient: &http.Client{Transport: noDelete{d.tr}}}
+}
+
+// noDelete is an HTTP transport that sends every request but a DELETE.
+type noDelete struct{ http.RoundTripper }
+
+func (n noDelete) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method == http.MethodDelete {
+		return nil, errors.New("the client's process is gone: it ends no session")
+	}
+	return n.RoundTripper.RoundTrip(r)
 }
 
 // callOutcome is what a tools/call made in the background returned.
