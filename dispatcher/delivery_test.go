@@ -835,18 +835,8 @@ func TestConcurrentCallsWithOneIDShareTheResult(t *testing.T) {
 func TestReplaysOfOneRecordAtOnceAreOneCall(t *testing.T) {
 	t.Parallel()
 	var runs atomic.Int64
-	tool := windlass.MustFunc("charge", func(ctx context.Context, _ struct{}) (string, error) {
-		runs.Add(1)
-		return "charged", nil
-	})
-	e := newEnv(t, tool)
-	dc := windlass.DeadCall{Call: windlass.ToolCall{ID: "dead-charge-1", Name: "charge", Arguments: json.RawMessage(`{}`)},
-		Error: windlass.CallError{Code: windlass.CodeWorkerLost, Message: "lost"}, Deliveries: 5, DiedAt: time.Now(), Origin: e.d.ID()}
-	data, _ := json.Marshal(dc)
-	ack, err := e.JetStream().Publish(t.Context(), layout.DeadSubject("charge"), data)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := newEnv(t, countingCharge(&runs))
+	seq := e.publishDead("dead-charge-1", windlass.CallError{Code: windlass.CodeWorkerLost, Message: "lost"})
 	var ids [2]string
 	var errs [2]error
 	start := make(chan struct{})
@@ -854,7 +844,7 @@ func TestReplaysOfOneRecordAtOnceAreOneCall(t *testing.T) {
 	for i := range ids {
 		wg.Go(func() {
 			<-start
-			ids[i], errs[i] = e.d.Replay(t.Context(), ack.Sequence, dispatcher.WithTimeout(10*time.Second))
+			ids[i], errs[i] = e.d.Replay(t.Context(), seq, dispatcher.WithTimeout(10*time.Second))
 		})
 	}
 	close(start)
@@ -871,7 +861,7 @@ func TestReplaysOfOneRecordAtOnceAreOneCall(t *testing.T) {
 	if r, err := e.d.Wait(waitCtx(t, 10*time.Second), id); err != nil || r.IsError {
 		t.Fatalf("Wait(%q) = %+v, %v", id, r, err)
 	}
-	if _, err := e.d.Replay(t.Context(), ack.Sequence); !errors.Is(err, dispatcher.ErrNoDeadCall) {
+	if _, err := e.d.Replay(t.Context(), seq); !errors.Is(err, dispatcher.ErrNoDeadCall) {
 		t.Errorf("a third replay = %v; want ErrNoDeadCall: the record is deleted", err)
 	}
 	if n := runs.Load(); n != 1 {
@@ -888,21 +878,9 @@ func TestReplaysOfOneRecordAtOnceAreOneCall(t *testing.T) {
 func TestADeadCallAnsweredSinceIsNotReplayed(t *testing.T) {
 	t.Parallel()
 	var runs atomic.Int64
-	tool := windlass.MustFunc("charge", func(ctx context.Context, _ struct{}) (string, error) {
-		runs.Add(1)
-		return "charged", nil
-	})
-	e := newEnv(t, tool)
-	deadRecord := func(id string) uint64 {
-		dc := windlass.DeadCall{Call: windlass.ToolCall{ID: id, Name: "charge", Arguments: json.RawMessage(`{}`)},
-			Error: windlass.CallError{Code: windlass.CodeUnavailable, Message: "down", Retryable: true}, Deliveries: 3, DiedAt: time.Now(), Origin: e.d.ID()}
-		data, _ := json.Marshal(dc)
-		ack, err := e.JetStream().Publish(t.Context(), layout.DeadSubject("charge"), data)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ack.Sequence
-	}
+	e := newEnv(t, countingCharge(&runs))
+	down := windlass.CallError{Code: windlass.CodeUnavailable, Message: "down", Retryable: true}
+	deadRecord := func(id string) uint64 { return e.publishDead(id, down) }
 	succeeded := deadRecord("charge-succeeded-since")
 	e.publishResult(e.d.ID(), windlass.ToolResult{CallID: "charge-succeeded-since", Name: "charge", Content: "charged", Attempt: 4, Worker: "w2"}, "")
 	id, err := e.d.Replay(t.Context(), succeeded)
@@ -953,19 +931,35 @@ func TestADeadCallStillQueuedIsNotReplayed(t *testing.T) {
 	}
 	<-started
 	defer close(release)
-	dc := windlass.DeadCall{Call: windlass.ToolCall{ID: id, Name: "charge", Arguments: json.RawMessage(`{}`)},
-		Error: windlass.CallError{Code: windlass.CodeUnavailable, Message: "down", Retryable: true}, Deliveries: 3, DiedAt: time.Now(), Origin: e.d.ID()}
-	data, _ := json.Marshal(dc)
-	ack, err := e.JetStream().Publish(t.Context(), layout.DeadSubject("charge"), data)
-	if err != nil {
-		t.Fatal(err)
-	}
+	seq := e.publishDead(id, windlass.CallError{Code: windlass.CodeUnavailable, Message: "down", Retryable: true})
 	for range 2 { // refused, and the record kept
-		if newID, err := e.d.Replay(t.Context(), ack.Sequence); !errors.Is(err, dispatcher.ErrUnavailable) || newID != "" {
+		if newID, err := e.d.Replay(t.Context(), seq); !errors.Is(err, dispatcher.ErrUnavailable) || newID != "" {
 			t.Fatalf("Replay of a dead call still in the work queue = %q, %v; want ErrUnavailable", newID, err)
 		}
 	}
 	if n := runs.Load(); n != 1 {
 		t.Errorf("the tool ran %d times; want once", n)
 	}
+}
+
+// countingCharge is the tool "charge", counting its runs in runs.
+func countingCharge(runs *atomic.Int64) windlass.Tool {
+	return windlass.MustFunc("charge", func(ctx context.Context, _ struct{}) (string, error) {
+		runs.Add(1)
+		return "charged", nil
+	})
+}
+
+// publishDead stores a dead record of call id of tool "charge", dead of
+// cause, as a worker does, and returns its sequence.
+func (e *env) publishDead(id string, cause windlass.CallError) uint64 {
+	e.t.Helper()
+	dc := windlass.DeadCall{Call: windlass.ToolCall{ID: id, Name: "charge", Arguments: json.RawMessage(`{}`)},
+		Error: cause, Deliveries: 3, DiedAt: time.Now(), Origin: e.d.ID()}
+	data, _ := json.Marshal(dc)
+	ack, err := e.JetStream().Publish(e.t.Context(), layout.DeadSubject("charge"), data)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return ack.Sequence
 }

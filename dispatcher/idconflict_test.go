@@ -179,13 +179,7 @@ func (l *lostAckJS) PublishMsg(ctx context.Context, m *nats.Msg, opts ...jetstre
 // first call's result and the first caller's retry was refused.)
 func TestRetriedPublishStillChecksTheID(t *testing.T) {
 	t.Parallel()
-	add := windlass.MustFunc("add", func(ctx context.Context, in struct {
-		A float64 `json:"a"`
-		B float64 `json:"b"`
-	}) (float64, error) {
-		return in.A + in.B, nil
-	})
-	e := newEnv(t, add)
+	e := newEnv(t, countingAdd(new(atomic.Int64)))
 	other := e.another()
 	e.liveIn(other, "add", "")
 	dispatcher.WrapJetStream(other, func(js jetstream.JetStream) jetstream.JetStream {
@@ -205,4 +199,15 @@ func TestRetriedPublishStillChecksTheID(t *testing.T) {
 	if r, err := e.d.Wait(waitCtx(t, 10*time.Second), "x"); err != nil || r.Content != "3" {
 		t.Errorf("the call's result = %+v, %v; want 1+2", r, err)
 	}
+}
+
+// countingAdd is the tool "add" (a + b), counting its runs in runs.
+func countingAdd(runs *atomic.Int64) windlass.Tool {
+	return windlass.MustFunc("add", func(ctx context.Context, in struct {
+		A float64 `json:"a"`
+		B float64 `json:"b"`
+	}) (float64, error) {
+		runs.Add(1)
+		return in.A + in.B, nil
+	})
 }

@@ -23,13 +23,7 @@ import (
 func TestAGeneratedIDReusedWithOtherArgumentsConflicts(t *testing.T) {
 	t.Parallel()
 	var runs atomic.Int64
-	add := windlass.MustFunc("add", func(ctx context.Context, in struct {
-		A float64 `json:"a"`
-		B float64 `json:"b"`
-	}) (float64, error) {
-		runs.Add(1)
-		return in.A + in.B, nil
-	})
+	add := countingAdd(&runs)
 	e := newEnv(t, add)
 	id, err := e.d.Submit(t.Context(), "add", `{"a":1,"b":2}`) // a generated id
 	if err != nil {

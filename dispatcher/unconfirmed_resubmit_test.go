@@ -11,7 +11,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/dispatcher"
 )
 
@@ -43,13 +42,7 @@ func (s *stalledJS) PublishMsg(ctx context.Context, m *nats.Msg, opts ...jetstre
 func TestAResubmitAfterAnUnconfirmedPublishIsAccepted(t *testing.T) {
 	t.Parallel()
 	var runs atomic.Int64
-	add := windlass.MustFunc("add", func(ctx context.Context, in struct {
-		A float64 `json:"a"`
-		B float64 `json:"b"`
-	}) (float64, error) {
-		runs.Add(1)
-		return in.A + in.B, nil
-	})
+	add := countingAdd(&runs)
 	e := newEnv(t, add)
 	dispatcher.WrapJetStream(e.d, func(js jetstream.JetStream) jetstream.JetStream { return &stalledJS{JetStream: js} })
 

@@ -517,82 +517,65 @@ func TestRedeliveredCallWithAResultIsAckedWithoutRunning(t *testing.T) {
 // landed) to a worker that cannot read the results stream: the worker
 // asks again in place, neither running the call nor handing it back (a
 // hand-back is a delivery), and once the stream can be read, it acks the
-// call without running it. Before, a read that failed was taken for "no
-// answer", and the tool ran again because its worker's ack was lost.
+// call without running it — a call without a deadline too (PROTOCOL.md:
+// `deadline` is optional). Before, a read that failed was taken for "no
+// answer", and the tool ran again because its worker's ack was lost; and
+// at 5175a47 a call without a deadline was asked about for one ack wait,
+// which the first failed read had used up, and then ran (found by a
+// review helper).
 func TestARedeliveryWhoseAnswerCannotBeReadIsNotRun(t *testing.T) {
 	t.Parallel()
-	b := newBench(t)
-	blocker := &fleettest.ReadBlocker{Stream: layout.ResultsStream}
-	blocker.Block(true)
-	js, err := jetstream.New(b.nats.Connect(t, nats.SetCustomDialer(blocker)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rec executions
-	tool := failing("once", &rec, func(int) error { return nil })
-	cons := b.createConsumer("once", 300*time.Millisecond)
-	seq := b.publishSeq(windlass.ToolCall{ID: "answered", Name: "once", Arguments: json.RawMessage(`{}`), Deadline: time.Now().Add(time.Minute)})
-	b.takeAndLose(cons, "answered")
-	b.publishResult(windlass.ToolResult{CallID: "answered", Name: "once", Content: "from the lost worker", Attempt: 1, Worker: "lost"})
-	if r := b.result(5 * time.Second); r.Content != "from the lost worker" {
-		t.Fatalf("first result = %+v", r)
-	}
-	w, _ := b.start(worker.Config{JetStream: js, AckWait: 300 * time.Millisecond, MaxDeliver: 2}, tool)
-	// Two reads lost (each a 2 s timeout): the worker asked again.
-	fleettest.WaitFor(t, 30*time.Second, "two reads lost, or the call run", func() bool { return blocker.Lost() >= 2 || rec.count() > 0 })
-	if n := rec.count(); n != 0 {
-		t.Fatalf("the tool ran %d times for a call whose answer could not be read", n)
-	}
-	if s := w.Stats(); s.Requeued != 0 {
-		t.Errorf("stats %+v: the call was handed back (each hand-back a delivery towards MaxDeliver); want it kept while the worker asks again", s)
-	}
-	blocker.Block(false)
-	fleettest.WaitFor(t, 30*time.Second, "the redelivery acked unrun", func() bool { return w.Stats().AlreadyAnswered == 1 })
-	b.callGone("once", seq)
-	if n := rec.count(); n != 0 {
-		t.Errorf("the tool ran %d times for a call already answered", n)
-	}
-	if s := w.Stats(); s.Completed != 0 || s.Failed != 0 || s.Dead != 0 {
-		t.Errorf("stats = %+v; want nothing answered or dead", s)
-	}
-	if dc, dead := b.deadCall("once", "answered"); dead {
-		t.Errorf("an answered call was recorded dead: %+v", dc)
-	}
-	if stored, ok := b.storedResult("answered"); !ok || stored.Content != "from the lost worker" {
-		t.Errorf("stored result = %+v (%t)", stored, ok)
-	}
-}
-
-// TestARedeliveryWithoutADeadlineWhoseAnswerCannotBeReadIsNotRun is
-// TestARedeliveryWhoseAnswerCannotBeReadIsNotRun with a call that has no
-// deadline (PROTOCOL.md: `deadline` is optional): the worker asks again
-// in place until the stream can be read, and never runs the call on a
-// failed read. Before, it asked for one AckWait, which the first failed
-// read (its own timeout) had used up, and then went on to the guards
-// after, none of which stops a call without a deadline: the tool ran a
-// second time. (Found by a review helper.)
-func TestARedeliveryWithoutADeadlineWhoseAnswerCannotBeReadIsNotRun(t *testing.T) {
-	t.Parallel()
-	b := newBench(t)
-	blocker := &fleettest.ReadBlocker{Stream: layout.ResultsStream}
-	blocker.Block(true)
-	js, err := jetstream.New(b.nats.Connect(t, nats.SetCustomDialer(blocker)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rec executions
-	tool := failing("once", &rec, func(int) error { return nil })
-	cons := b.createConsumer("once", 300*time.Millisecond)
-	b.publishSeq(windlass.ToolCall{ID: "answered", Name: "once", Arguments: json.RawMessage(`{}`)})
-	b.takeAndLose(cons, "answered")
-	b.publishResult(windlass.ToolResult{CallID: "answered", Name: "once", Content: "from the lost worker", Attempt: 1, Worker: "lost"})
-	if r := b.result(5 * time.Second); r.Content != "from the lost worker" {
-		t.Fatalf("first result = %+v", r)
-	}
-	w, _ := b.start(worker.Config{JetStream: js, AckWait: 300 * time.Millisecond, MaxDeliver: 2}, tool)
-	fleettest.WaitFor(t, 30*time.Second, "two reads lost, or the call run", func() bool { return blocker.Lost() >= 2 || rec.count() > 0 })
-	if n := rec.count(); n != 0 {
-		t.Fatalf("the tool ran %d times for a call whose answer could not be read (stats %+v)", n, w.Stats())
+	for _, tt := range []struct {
+		name     string
+		deadline time.Duration // from now; 0: none
+	}{{"deadline", time.Minute}, {"no deadline", 0}} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := newBench(t)
+			blocker := &fleettest.ReadBlocker{Stream: layout.ResultsStream}
+			blocker.Block(true)
+			js, err := jetstream.New(b.nats.Connect(t, nats.SetCustomDialer(blocker)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var rec executions
+			tool := failing("once", &rec, func(int) error { return nil })
+			cons := b.createConsumer("once", 300*time.Millisecond)
+			call := windlass.ToolCall{ID: "answered", Name: "once", Arguments: json.RawMessage(`{}`)}
+			if tt.deadline > 0 {
+				call.Deadline = time.Now().Add(tt.deadline)
+			}
+			seq := b.publishSeq(call)
+			b.takeAndLose(cons, "answered")
+			b.publishResult(windlass.ToolResult{CallID: "answered", Name: "once", Content: "from the lost worker", Attempt: 1, Worker: "lost"})
+			if r := b.result(5 * time.Second); r.Content != "from the lost worker" {
+				t.Fatalf("first result = %+v", r)
+			}
+			w, _ := b.start(worker.Config{JetStream: js, AckWait: 300 * time.Millisecond, MaxDeliver: 2}, tool)
+			// Two reads lost (each a 2 s timeout): the worker asked again.
+			fleettest.WaitFor(t, 30*time.Second, "two reads lost, or the call run", func() bool { return blocker.Lost() >= 2 || rec.count() > 0 })
+			if n := rec.count(); n != 0 {
+				t.Fatalf("the tool ran %d times for a call whose answer could not be read (stats %+v)", n, w.Stats())
+			}
+			if s := w.Stats(); s.Requeued != 0 {
+				t.Errorf("stats %+v: the call was handed back (each hand-back a delivery towards MaxDeliver); want it kept while the worker asks again", s)
+			}
+			blocker.Block(false)
+			fleettest.WaitFor(t, 30*time.Second, "the redelivery acked unrun", func() bool { return w.Stats().AlreadyAnswered == 1 })
+			b.callGone("once", seq)
+			if n := rec.count(); n != 0 {
+				t.Errorf("the tool ran %d times for a call already answered", n)
+			}
+			if s := w.Stats(); s.Completed != 0 || s.Failed != 0 || s.Dead != 0 {
+				t.Errorf("stats = %+v; want nothing answered or dead", s)
+			}
+			if dc, dead := b.deadCall("once", "answered"); dead {
+				t.Errorf("an answered call was recorded dead: %+v", dc)
+			}
+			if stored, ok := b.storedResult("answered"); !ok || stored.Content != "from the lost worker" {
+				t.Errorf("stored result = %+v (%t)", stored, ok)
+			}
+		})
 	}
 }
 
