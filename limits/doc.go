@@ -43,10 +43,11 @@
 // dispatcher's bound on an ask) hold one: an ask not sent yet is not sent,
 // and a slot an ask on its way took is freed once it has. A resubmit of an id that holds a
 // slot is the same call: admitted without a second slot or a second
-// charge against the rate. (Two submits of one id at once, under a rate:
-// the second finds the first's slot while the first's rate is still being
-// charged, and may be refused; so the dispatcher admits the second only
-// once the call's record shows the first was accepted, else asks again.)
+// charge against the rate. (A submit that finds its id's slot held with
+// no record of the call behind it may be racing another submit of the id
+// whose rate is still being charged, or whose caller left: the dispatcher
+// waits up to a second for the call's record, then asks again, and only a
+// slot still held then is taken for the same call's.)
 //
 // # Admission without waiting
 //

@@ -57,7 +57,7 @@ type Decision struct {
 	// moment, which its rate may yet refuse or its caller abandon (its
 	// slot then freed). The caller tells which: the dispatcher admits it
 	// once the call's record shows the other submit accepted, else asks
-	// again.
+	// again, and takes a slot still held then for the same call's.
 	Held bool
 }
 
