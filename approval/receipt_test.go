@@ -4,9 +4,13 @@ import (
 	"net/http"
 	"slices"
 	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/windlass-dev/windlass/approval"
 	"github.com/windlass-dev/windlass/dispatcher"
+	"github.com/windlass-dev/windlass/internal/fleettest"
 	"github.com/windlass-dev/windlass/internal/layout"
 	"github.com/windlass-dev/windlass/receipt"
 )
@@ -34,10 +38,13 @@ func TestReleasedCallHasAVerifiedReceipt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := results.GetLastMsgForSubject(t.Context(), layout.ResultByCall(id))
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The server hands the result to live subscribers (the wait) a moment
+	// before the stream has stored it (see Dispatcher.Result).
+	var m *jetstream.RawStreamMsg
+	fleettest.WaitFor(t, 10*time.Second, "the result stored", func() bool {
+		m, err = results.GetLastMsgForSubject(t.Context(), layout.ResultByCall(id))
+		return err == nil
+	})
 	r, err := receipt.NewChecker(f.Registry()).Check(t.Context(), id, m.Header.Get(layout.HeaderReceipt), m.Data)
 	if err != nil {
 		t.Fatalf("the receipt of a released call does not verify: %v", err)
