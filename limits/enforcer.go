@@ -347,7 +347,9 @@ func (e *Enforcer) Start(ctx context.Context, tool string, r Rate) (wait time.Du
 // Use is how many calls of tool are in flight now, by key, as the caps
 // count them (the calls that hold a slot).
 func (e *Enforcer) Use(ctx context.Context, tool string) (map[string]int, error) {
-	members, err := e.rdb.ZRangeByScore(ctx, e.toolSlots(tool), &redis.ZRangeBy{Min: fmt.Sprint(time.Now().UnixMilli()), Max: "+inf"}).Result()
+	// A slot whose lapse is now has lapsed, as the scripts drop it
+	// (ZREMRANGEBYSCORE -inf now): only later lapses count.
+	members, err := e.rdb.ZRangeByScore(ctx, e.toolSlots(tool), &redis.ZRangeBy{Min: fmt.Sprint("(", time.Now().UnixMilli()), Max: "+inf"}).Result()
 	if err != nil {
 		return nil, fmt.Errorf("limits: use of %q: %w", tool, err)
 	}
