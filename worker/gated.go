@@ -169,7 +169,7 @@ func (w *Worker) untilAnswered(d *delivery, until time.Time, what string, ask fu
 		return err // the usual case
 	}
 	d.log.WarnContext(d.ctx, "worker: "+what+"; asking again", "error", err)
-	ctx, cancel := context.WithCancel(d.ctx)
+	ctx, cancel := d.ctx, context.CancelFunc(func() {})
 	if !until.IsZero() {
 		ctx, cancel = context.WithDeadline(d.ctx, until)
 	}
