@@ -272,7 +272,7 @@ func (f *fleet) start(ctx context.Context, o options) error {
 	}
 	defer admin.Close()
 	js, _ := jetstream.New(admin)
-	if err := poll(ctx, 60*time.Second, "JetStream meta leader elected", func() bool {
+	if err := f.poll(ctx, 60*time.Second, "JetStream meta leader elected", "", func() bool {
 		actx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
 		_, err := js.AccountInfo(actx)
@@ -312,7 +312,7 @@ func (f *fleet) start(ctx context.Context, o options) error {
 		return err
 	}
 	f.state.Services = append(f.state.Services, p)
-	if err := poll(ctx, 30*time.Second, "the approval service created the streams", func() bool {
+	if err := f.poll(ctx, 60*time.Second, "the approval service created the streams", "approval", func() bool {
 		actx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
 		for _, cfg := range layout.AllStreams(layout.StreamOptions{}) {
@@ -358,7 +358,7 @@ func (f *fleet) waitWorkers(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return poll(ctx, 60*time.Second, "the workers advertised their tools", func() bool {
+	return f.poll(ctx, 60*time.Second, "the workers advertised their tools", "worker-1", func() bool {
 		info, err := reg.Lookup(ctx, "add")
 		return err == nil && len(info.LiveWorkers(time.Now())) == len(f.state.Workers)
 	})
@@ -522,19 +522,38 @@ func shutdown(s *server.Server) <-chan struct{} {
 	return ch
 }
 
-func poll(ctx context.Context, within time.Duration, what string, cond func() bool) error {
+// poll waits until cond holds, for at most within. A process that exits
+// meanwhile (the cluster will not become ready without it) ends the wait at
+// once with the end of its log; so does a wait that runs out, with the end
+// of the log of the process it waits for (logOf, "" for none).
+func (f *fleet) poll(ctx context.Context, within time.Duration, what, logOf string, cond func() bool) error {
 	deadline := time.Now().Add(within)
 	for !cond() {
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s: not within %s", what, within)
+			return fmt.Errorf("%s: not within %s%s", what, within, f.logTail(logOf))
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case name := <-f.exited:
+			return fmt.Errorf("%s: %s exited%s", what, name, f.logTail(name))
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
 	return nil
+}
+
+// logTail is the end of the named process's log, to quote in an error.
+func (f *fleet) logTail(name string) string {
+	if name == "" {
+		return ""
+	}
+	b, err := os.ReadFile(filepath.Join(f.dir, name+".log"))
+	if err != nil {
+		return ""
+	}
+	const n = 2000
+	return fmt.Sprintf("; the end of %s.log:\n%s", name, b[max(0, len(b)-n):])
 }
 
 func freePorts(n int) ([]int, error) {

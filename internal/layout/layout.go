@@ -567,7 +567,8 @@ func EnsurePayloads(ctx context.Context, js jetstream.JetStream, o StreamOptions
 // dispatcher given a bound applies it with [BoundCalls]. It is idempotent and safe
 // to run from every process that uses the streams. A request the server
 // does not answer in time (a slow disk creating a stream, a server still
-// starting) is made again, three times in all (ensurePolicy), while ctx lasts.
+// starting, a cluster still placing its first streams) is made again for up
+// to half a minute (ensurePolicy), while ctx lasts.
 func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfgs ...jetstream.StreamConfig) error {
 	for _, cfg := range cfgs {
 		err := retry.Do(ctx, ensurePolicy, func(ctx context.Context) error {
@@ -580,17 +581,38 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfgs ...jetstrea
 	return nil
 }
 
-// ensurePolicy asks again at once, three requests in all, each waiting the
-// client's timeout (5 s when ctx has no deadline).
-var ensurePolicy = retry.Policy{Attempts: 3}
+// ensurePolicy asks again while a request goes unanswered or the cluster
+// is still forming (see onlyTimeoutsAgain), for at most half a minute, each
+// request waiting the client's timeout (5 s when ctx has no deadline).
+var ensurePolicy = retry.Policy{Initial: 100 * time.Millisecond, Max: 2 * time.Second, For: 30 * time.Second}
 
-// onlyTimeoutsAgain marks err permanent unless it is a request the server
-// did not answer in time while ctx lasts.
+// clusterForming are the JetStream API errors of a cluster that has
+// elected a meta leader but cannot place a replicated stream yet: the
+// leader has not heard from enough peers (10005 no suitable peers, 10023
+// insufficient resources) or is between leaders (10008 temporarily
+// unavailable). They pass within seconds of the servers starting, so a
+// process started with them (every service of a deployment starts at once)
+// waits instead of exiting.
+var clusterForming = []jetstream.ErrorCode{10005, 10008, 10023}
+
+// onlyTimeoutsAgain marks err permanent unless, while ctx lasts, it is a
+// request the server did not answer in time or refused because the
+// cluster is still forming.
 func onlyTimeoutsAgain(ctx context.Context, err error) error {
-	if err != nil && (!errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil) {
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() != nil {
 		return retry.Permanent(err)
 	}
-	return err
+	if errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && slices.Contains(clusterForming, apiErr.ErrorCode) {
+		return err
+	}
+	return retry.Permanent(err)
 }
 
 func ensureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) error {
