@@ -4,9 +4,6 @@ import (
 	"net/http"
 	"slices"
 	"testing"
-	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/windlass-dev/windlass/approval"
 	"github.com/windlass-dev/windlass/dispatcher"
@@ -34,17 +31,7 @@ func TestReleasedCallHasAVerifiedReceipt(t *testing.T) {
 	}
 
 	// The library, on the stored result.
-	results, err := f.JetStream().Stream(t.Context(), layout.ResultsStream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The server hands the result to live subscribers (the wait) a moment
-	// before the stream has stored it (see Dispatcher.Result).
-	var m *jetstream.RawStreamMsg
-	fleettest.WaitFor(t, 10*time.Second, "the result stored", func() bool {
-		m, err = results.GetLastMsgForSubject(t.Context(), layout.ResultByCall(id))
-		return err == nil
-	})
+	m := fleettest.StoredResult(t, f.JetStream(), id)
 	r, err := receipt.NewChecker(f.Registry()).Check(t.Context(), id, m.Header.Get(layout.HeaderReceipt), m.Data)
 	if err != nil {
 		t.Fatalf("the receipt of a released call does not verify: %v", err)

@@ -72,6 +72,7 @@ func TestPayloadsByReference(t *testing.T) {
 		if r.ContentRef != nil || r.DataRef != nil {
 			t.Errorf("%d bytes: the caller sees references %+v %+v", size, r.ContentRef, r.DataRef)
 		}
+		fleettest.StoredResult(t, e.JetStream(), r.CallID) // Call returns a moment before the store
 		stored, err := e.d.Result(t.Context(), r.CallID)
 		if err != nil || stored.Content != text {
 			t.Errorf("%d bytes: Result = %.200v, %v", size, stored, err)
@@ -232,14 +233,7 @@ func TestPayloadDigestMismatch(t *testing.T) {
 	if err != nil || r.Content != text {
 		t.Fatalf("Call = %.100v, %v", r.Content, err)
 	}
-	m, err := js.Stream(t.Context(), layout.ResultsStream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := m.GetLastMsgForSubject(t.Context(), layout.ResultByCall(r.CallID))
-	if err != nil {
-		t.Fatal(err)
-	}
+	raw := fleettest.StoredResult(t, js, r.CallID)
 	var stub windlass.ToolResult
 	if err := json.Unmarshal(raw.Data, &stub); err != nil || stub.DataRef == nil {
 		t.Fatalf("stored result %s: want the value by reference", raw.Data)

@@ -29,15 +29,7 @@ func echoTool(name string) windlass.Tool {
 // storedMsg is the result message stored for callID.
 func storedMsg(t *testing.T, f *fleettest.Fleet, callID string) *jetstream.RawStreamMsg {
 	t.Helper()
-	s, err := f.JetStream().Stream(t.Context(), layout.ResultsStream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := s.GetLastMsgForSubject(t.Context(), layout.ResultByCall(callID))
-	if err != nil {
-		t.Fatalf("the stored result of %s: %v", callID, err)
-	}
-	return m
+	return fleettest.StoredResult(t, f.JetStream(), callID)
 }
 
 func call(t *testing.T, d *dispatcher.Dispatcher, tool, id, text string) windlass.ToolResult {

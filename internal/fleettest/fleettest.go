@@ -31,6 +31,7 @@ import (
 
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/dispatcher"
+	"github.com/windlass-dev/windlass/internal/layout"
 	"github.com/windlass-dev/windlass/internal/testserver"
 	"github.com/windlass-dev/windlass/registry"
 	"github.com/windlass-dev/windlass/worker"
@@ -59,6 +60,23 @@ func WaitFor(t testing.TB, within time.Duration, what string, cond func() bool) 
 		time.Sleep(PollInterval)
 	}
 	return time.Since(start)
+}
+
+// StoredResult is the result message the results stream stores for
+// callID, waited for: the server hands a result to live subscribers (a
+// Call or Wait returning) a moment before the stream has stored it.
+func StoredResult(t testing.TB, js jetstream.JetStream, callID string) *jetstream.RawStreamMsg {
+	t.Helper()
+	s, err := js.Stream(t.Context(), layout.ResultsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m *jetstream.RawStreamMsg
+	WaitFor(t, 10*time.Second, "the stored result of "+callID, func() bool {
+		m, err = s.GetLastMsgForSubject(t.Context(), layout.ResultByCall(callID))
+		return err == nil
+	})
+	return m
 }
 
 // Option configures [New].
