@@ -87,9 +87,7 @@ func (s *Service) applyCancel(ctx context.Context, rec windlass.Cancellation) bo
 	s.cfg.Logger.InfoContext(ctx, "approval: held call canceled by its caller", "call_id", rec.CallID, "reason", rec.Reason)
 	if h, err := s.store.get(ctx, rec.CallID); err == nil {
 		s.ended(ctx, h, StatusCanceled)
-		call, _ := h.toolCall() // undecodable: its id and tool still answer it
-		r := windlass.ResultFromError(call, windlass.CancelCause(rec.Reason))
-		s.answer(ctx, h, r.Error.Code, r.Content)
+		s.answerDecision(ctx, h, answerRetry)
 	}
 	return true
 }

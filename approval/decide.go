@@ -332,7 +332,7 @@ func (s *Service) decide(ctx context.Context, id string, d decision) (*HeldCall,
 	switch verdict[0] {
 	case "rejected":
 		s.ended(ctx, h, StatusRejected)
-		s.answer(ctx, h, windlass.CodeRejected, RejectedMessage(h))
+		s.answerDecision(ctx, h, answerRetry)
 	case "approved":
 		s.ended(ctx, h, StatusApproved)
 		if err := s.release(ctx, h); err != nil {

@@ -574,8 +574,38 @@ func (s *Service) answerExpired(ctx context.Context, ids []string) {
 			continue
 		}
 		s.ended(ctx, h, StatusExpired)
-		s.answer(ctx, h, windlass.CodeExpired, ExpiredMessage(h))
+		s.answerDecision(ctx, h, answerRetry)
 	}
+}
+
+// decisionAnswer is the one place that says what the caller of a call
+// decided against is told: rejected, expired or canceled (with the
+// cancellation's cause), each with its message, made from the stored
+// call. ok is false for any other status: a pending call is not decided,
+// and an approved one is answered by the tool.
+func decisionAnswer(h *HeldCall) (code windlass.ErrorCode, text string, ok bool) {
+	switch h.Status {
+	case StatusRejected:
+		return windlass.CodeRejected, RejectedMessage(h), true
+	case StatusExpired:
+		return windlass.CodeExpired, ExpiredMessage(h), true
+	case StatusCanceled:
+		call, _ := h.toolCall() // undecodable: its id and tool still answer it
+		r := windlass.ResultFromError(call, windlass.CancelCause(h.Reason))
+		return r.Error.Code, r.Content, true
+	}
+	return "", "", false
+}
+
+// answerDecision answers the caller of a call decided against as
+// decisionAnswer says, retrying for retryFor, and reports whether h was
+// such a call.
+func (s *Service) answerDecision(ctx context.Context, h *HeldCall, retryFor time.Duration) bool {
+	code, text, ok := decisionAnswer(h)
+	if ok {
+		s.answerWithin(ctx, h, code, text, retryFor)
+	}
+	return ok
 }
 
 // answer publishes an error result to the call's caller, retrying for
@@ -629,16 +659,7 @@ func (s *Service) answerWithin(ctx context.Context, h *HeldCall, code windlass.E
 func (s *Service) answerDecided(ctx context.Context) error {
 	page, err := s.store.unanswered(ctx, time.Now().Add(-answerSweepAfter), resumeBatch)
 	for _, h := range page {
-		switch h.Status {
-		case StatusRejected:
-			s.answerWithin(ctx, h, windlass.CodeRejected, RejectedMessage(h), retry.WriteTimeout)
-		case StatusExpired:
-			s.answerWithin(ctx, h, windlass.CodeExpired, ExpiredMessage(h), retry.WriteTimeout)
-		case StatusCanceled:
-			call, _ := h.toolCall() // undecodable: its id and tool still answer it
-			r := windlass.ResultFromError(call, windlass.CancelCause(h.Reason))
-			s.answerWithin(ctx, h, r.Error.Code, r.Content, retry.WriteTimeout)
-		default:
+		if !s.answerDecision(ctx, h, retry.WriteTimeout) {
 			err = errors.Join(err, s.store.answered(ctx, h.ID))
 		}
 	}
