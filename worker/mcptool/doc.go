@@ -23,10 +23,15 @@
 // against the remote schema). A result with isError becomes a tool_error
 // result with the text; structuredContent becomes the result's value (its
 // data), otherwise the text content is the value. A call made while the
-// server is unreachable waits for the reconnection within its own deadline;
-// a call whose connection broke (also when the SDK reports the lost answer
-// as "rejected by transport") fails retryable, so the worker tries again:
-// a remote tool may then run twice (at least once, as any retried tool).
+// server is unreachable waits for the reconnection within its own deadline.
+// A call whose connection broke after it was sent (also when the SDK
+// reports the lost answer as "rejected by transport") may have run there:
+// it is sent again (the worker retries it, on a new session) only when the
+// remote tool says that changes nothing — its annotations mark it
+// read-only or idempotent — or when the server certainly did not take it
+// (it answered that it no longer knew the session). Otherwise its caller
+// is told unavailable, that the call may have run, and it does not run
+// again: a tool never runs twice because its answer was lost on the way.
 //
 // # Changes: one worker per tool set
 //

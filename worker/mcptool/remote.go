@@ -181,9 +181,9 @@ func (r *remote) tool(name string, rt *mcp.Tool) (windlass.Tool, error) {
 		Timeout:     r.b.cfg.ToolTimeout,
 		Hints:       hintsOf(rt.Annotations),
 	}
-	remoteName := rt.Name
+	remoteName, repeatable := rt.Name, repeatable(rt.Annotations)
 	return windlass.NewTool(spec, func(ctx context.Context, args json.RawMessage) (any, error) {
-		return r.call(ctx, remoteName, args)
+		return r.call(ctx, remoteName, repeatable, args)
 	})
 }
 
@@ -203,14 +203,26 @@ func hintsOf(a *mcp.ToolAnnotations) *windlass.ToolHints {
 	return h
 }
 
+// repeatable reports whether a remote tool says that running it again
+// changes nothing (its annotations: read-only, or idempotent), so a call
+// whose answer was lost may be sent again.
+func repeatable(a *mcp.ToolAnnotations) bool {
+	return a != nil && (a.ReadOnlyHint || a.IdempotentHint)
+}
+
 // rejectedByTransport is the JSON-RPC code the MCP SDK gives a request
 // its transport failed to carry, or whose answer it lost (the connection
 // broke): not the server's answer, so the session is treated as broken
 // and the call retried, like any other such failure.
 const rejectedByTransport = -32005
 
-// call forwards one call to the server.
-func (r *remote) call(ctx context.Context, remoteName string, args json.RawMessage) (any, error) {
+// call forwards one call to the server. A session that fails under it is
+// reconnected; the call is retried (by the worker, the error retryable)
+// only when the server certainly did not take it (it no longer knew the
+// session) or when the tool is repeatable. Otherwise it may have run
+// there, its answer lost, and running it again could repeat its effects:
+// its caller is told so (unavailable), and it is not run again.
+func (r *remote) call(ctx context.Context, remoteName string, repeatable bool, args json.RawMessage) (any, error) {
 	cs, err := r.current(ctx)
 	if err != nil {
 		return nil, err
@@ -233,12 +245,17 @@ func (r *remote) call(ctx context.Context, remoteName string, args json.RawMessa
 			// invalid params): not worth retrying.
 			return nil, fmt.Errorf("MCP server %s: tool %q: %w", r.server.URL, remoteName, err)
 		default:
-			// The session failed: reconnect, and let the worker retry.
+			// The session failed: reconnect.
 			select {
 			case r.broken <- struct{}{}:
 			default:
 			}
-			return nil, windlass.Retryable(fmt.Errorf("MCP server %s: tool %q: %w", r.server.URL, remoteName, err))
+			if repeatable || errors.Is(err, mcp.ErrSessionMissing) {
+				return nil, windlass.Retryable(fmt.Errorf("MCP server %s: tool %q: %w", r.server.URL, remoteName, err))
+			}
+			return nil, &windlass.CallError{Code: windlass.CodeUnavailable, Message: fmt.Sprintf(
+				"The connection to the MCP server %s broke after the call to %q was sent (%v): it may have run there, its answer lost. It was not sent again, as the tool is not marked read-only or idempotent (MCP annotations): check whether it took effect before calling it again.",
+				r.server.URL, remoteName, err)}
 		}
 	}
 	return valueOf(res)

@@ -17,8 +17,8 @@ import (
 
 // TestARetryToAWindlassServerAfterALostConnection: the bridge's remote MCP
 // server is another windlass fleet's MCP server (fleet B). The connection
-// drops while B runs the call; the bridge retries it, as the package doc
-// says, and the caller gets the tool's result. The bridge closes the
+// drops while B runs a call of an idempotent tool; the bridge retries it,
+// as the package doc says, and the caller gets the tool's result. The bridge closes the
 // broken session (DELETE) before the retry, and B cancels the calls of a
 // session that ended: sent with the same call id in _meta (as at afc0272),
 // the retry was that canceled call, and the caller was told the tool
@@ -37,7 +37,7 @@ func TestARetryToAWindlassServerAfterALostConnection(t *testing.T) {
 		case <-ctx.Done():
 			return "", ctx.Err()
 		}
-	}, windlass.WithTimeout(10*time.Second))
+	}, windlass.WithTimeout(10*time.Second), windlass.WithHints(windlass.ToolHints{Idempotent: new(true)}))
 	b.StartWorker(worker.Config{Heartbeat: 50 * time.Millisecond}, slow)
 	bd := b.Dispatcher(dispatcher.Config{})
 	fleettest.WaitCatalog(t, bd, "slow")
