@@ -38,7 +38,9 @@ const (
 	CodeInvalidCall ErrorCode = "invalid_call"
 	// CodePayloadTooLarge: the encoded call exceeds the server's max payload.
 	CodePayloadTooLarge ErrorCode = "payload_too_large"
-	// CodeUnavailable: the fleet could not be reached (NATS down, stream missing).
+	// CodeUnavailable: the fleet could not be reached (NATS down, stream
+	// missing), or could not confirm what became of the call (a publish
+	// unconfirmed, a remote tool's answer lost): its message says which.
 	CodeUnavailable ErrorCode = "unavailable"
 	// CodeResultTooLarge: the tool ran, but its encoded result exceeds what
 	// the fleet can deliver (the NATS server's max payload). Permanent: the

@@ -28,10 +28,14 @@
 // reports the lost answer as "rejected by transport") may have run there:
 // it is sent again (the worker retries it, on a new session) only when the
 // remote tool says that changes nothing — its annotations mark it
-// read-only or idempotent — or when the server certainly did not take it
-// (it answered that it no longer knew the session). Otherwise its caller
-// is told unavailable, that the call may have run, and it does not run
-// again: a tool never runs twice because its answer was lost on the way.
+// read-only or idempotent — or when the server certainly did not take it:
+// the call's own request was never written to a connection (a refused
+// dial), or was answered 404 (the session unknown there), 429 or 503.
+// Otherwise its caller is told unavailable, that the call may have run,
+// and it is not sent again: a tool does not run twice because its answer
+// was lost on the way. (A worker lost mid-call still has its calls
+// redelivered, and Worker.Retry may retry a call that timed out, for any
+// tool.)
 //
 // # Changes: one worker per tool set
 //

@@ -75,7 +75,7 @@ func (r *remote) serve(ctx context.Context, waits *retry.Waits, log *slog.Logger
 		},
 	})
 	connectCtx, cancel := context.WithTimeout(ctx, listTimeout)
-	cs, err := client.Connect(connectCtx, &mcp.StreamableClientTransport{Endpoint: r.server.URL, HTTPClient: r.b.cfg.HTTPClient, MaxRetries: -1}, nil)
+	cs, err := client.Connect(connectCtx, &mcp.StreamableClientTransport{Endpoint: r.server.URL, HTTPClient: recordingClient(r.b.cfg.HTTPClient), MaxRetries: -1}, nil)
 	cancel()
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
@@ -218,10 +218,11 @@ const rejectedByTransport = -32005
 
 // call forwards one call to the server. A session that fails under it is
 // reconnected; the call is retried (by the worker, the error retryable)
-// only when the server certainly did not take it (it no longer knew the
-// session) or when the tool is repeatable. Otherwise it may have run
-// there, its answer lost, and running it again could repeat its effects:
-// its caller is told so (unavailable), and it is not run again.
+// only when the server certainly did not take it (its request was never
+// written, or was answered as not processed: see sendRecord) or when the
+// tool is repeatable. Otherwise it may have run there, its answer lost,
+// and running it again could repeat its effects: its caller is told so
+// (unavailable), and it is not sent again.
 func (r *remote) call(ctx context.Context, remoteName string, repeatable bool, args json.RawMessage) (any, error) {
 	cs, err := r.current(ctx)
 	if err != nil {
@@ -234,7 +235,8 @@ func (r *remote) call(ctx context.Context, remoteName string, repeatable bool, a
 	// windlass MCP server would take a retry for the same call — and the
 	// broken session's end, which cancels that session's calls there,
 	// would have answered it canceled. A retry is a new call there.
-	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: remoteName, Arguments: args})
+	sendCtx, sent := withSendRecord(ctx)
+	res, err := cs.CallTool(sendCtx, &mcp.CallToolParams{Name: remoteName, Arguments: args})
 	if err != nil {
 		var wire *jsonrpc.Error
 		switch {
@@ -250,7 +252,7 @@ func (r *remote) call(ctx context.Context, remoteName string, repeatable bool, a
 			case r.broken <- struct{}{}:
 			default:
 			}
-			if repeatable || errors.Is(err, mcp.ErrSessionMissing) {
+			if repeatable || sent.notTaken() {
 				return nil, windlass.Retryable(fmt.Errorf("MCP server %s: tool %q: %w", r.server.URL, remoteName, err))
 			}
 			return nil, &windlass.CallError{Code: windlass.CodeUnavailable, Message: fmt.Sprintf(
