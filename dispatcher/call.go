@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -125,11 +126,75 @@ type prepared struct {
 	opts     callOptions // as the caller set them
 	counted  *counted    // its count in the metrics; nil: metrics off, or counted by another submit
 	held     *heldSlot   // its slot under the limits' caps; nil: none taken here
+	refused  error       // a resubmit's refusal by the fleet as it is now (see resubmitted)
 }
 
 // prepare checks a call against the view and encodes it. A refusal is a
 // *windlass.CallError with the code of the result the caller should see.
+// A call id the caller chose that the fleet accepted before is that call
+// even when the fleet as it is now would refuse it (see resubmitted).
 func (d *Dispatcher) prepare(ctx context.Context, name string, args any, opts []CallOption) (*prepared, error) {
+	p, err := d.prepareNew(ctx, name, args, opts)
+	var refusal *windlass.CallError
+	if err == nil || !errors.As(err, &refusal) || !slices.Contains(refusedAsItIsNow, refusal.Code) {
+		return p, err
+	}
+	var o callOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.id == "" || windlass.ValidateCallID(o.id) != nil {
+		return nil, err
+	}
+	if again, cerr := d.resubmitted(ctx, name, args, o, err); again != nil || cerr != nil {
+		return again, cerr
+	}
+	return nil, err
+}
+
+// refusedAsItIsNow are the refusals that depend on the fleet as it is at
+// the submit (the tools advertised, their specs and schemas, the workers
+// alive), not on the call: a call accepted before may be refused so now.
+var refusedAsItIsNow = []windlass.ErrorCode{windlass.CodeUnknownTool, windlass.CodeSpecMismatch,
+	windlass.CodeNoWorker, windlass.CodeInvalidArguments, windlass.CodeUnavailable}
+
+// resubmitted is the resubmit of a call id the caller chose that the fleet
+// accepted before, which a check of the fleet as it is now refused (the
+// tool redeployed with another spec or schema, its workers gone for a
+// moment): one id is one call, and that call was accepted — it may have
+// run — so its caller is answered as any resubmit is, with that call's
+// result, never told it was not run. The same id with another tool or
+// other arguments is id_conflict, as always. Nil, nil when the id has no
+// record (or it cannot be read, or the arguments do not encode): the
+// refusal stands.
+func (d *Dispatcher) resubmitted(ctx context.Context, name string, args any, o callOptions, refused error) (*prepared, error) {
+	raw, err := windlass.EncodeArguments(args)
+	if err != nil {
+		return nil, nil
+	}
+	hash, err := release.ArgumentsHash(raw)
+	if err != nil {
+		return nil, nil
+	}
+	rec, ok := d.recordOf(ctx, o.id, false)
+	if !ok {
+		return nil, nil
+	}
+	p := &prepared{opts: o, ownID: true, argsHash: hash, refused: refused,
+		subject: layout.CallSubject(name, o.id), msg: nats.Msg{Header: nats.Header{}}}
+	p.call = windlass.ToolCall{ID: o.id, Name: name, Key: o.key, Metadata: o.metadata,
+		Deadline: d.deadline(ctx, o, windlass.Spec{Timeout: windlass.DefaultTimeout}, false)}
+	if p.call.Key == limits.DefaultKey {
+		p.call.Key = ""
+	}
+	if err := conflict(p, rec); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// prepareNew is prepare of a call as the fleet is now.
+func (d *Dispatcher) prepareNew(ctx context.Context, name string, args any, opts []CallOption) (*prepared, error) {
 	if d.closed.Load() {
 		return nil, ErrClosed
 	}
@@ -314,6 +379,11 @@ func (d *Dispatcher) publish(ctx context.Context, p *prepared) (duplicate bool, 
 	if p.ownID {
 		if rec, ok := d.recordOf(ctx, p.call.ID, false); ok {
 			return true, conflict(p, rec)
+		}
+		if p.refused != nil {
+			// A resubmit whose record is gone since (past its
+			// retention): the fleet's refusal stands.
+			return false, p.refused
 		}
 	}
 	if err := d.admit(ctx, p); err != nil {

@@ -1,0 +1,62 @@
+package dispatcher_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+
+	"github.com/windlass-dev/windlass"
+	"github.com/windlass-dev/windlass/dispatcher"
+	"github.com/windlass-dev/windlass/internal/fleettest"
+	"github.com/windlass-dev/windlass/worker"
+)
+
+// TestAResubmitIsTheCallWhateverTheFleetIsNow: a call id the caller chose
+// that the fleet accepted is that call, even when a check of the fleet as
+// it is now would refuse a new call — here its tool has no live worker
+// (a rolling restart). Resubmitted with the same arguments it is answered
+// with the call's result (it ran once), not no_worker ("never queued"),
+// through Call and Submit; with other arguments it is id_conflict; a new
+// id is still refused no_worker. (The HTTP API's tests cover a redeploy
+// that changed the tool's spec: resubmit_refused_test.go there.)
+func TestAResubmitIsTheCallWhateverTheFleetIsNow(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int64
+	charge := windlass.MustFunc("charge", func(ctx context.Context, in struct {
+		Cents int `json:"cents"`
+	}) (int64, error) {
+		return runs.Add(1), nil
+	})
+	f := fleettest.New(t)
+	w := f.StartWorker(worker.Config{}, charge)
+	d := f.Dispatcher(dispatcher.Config{})
+	fleettest.WaitCatalog(t, d, "charge")
+	r, err := d.Call(t.Context(), "charge", `{"cents":500}`, dispatcher.WithCallID("pay-1"))
+	if err != nil || r.IsError {
+		t.Fatalf("Call = %+v, %v", r, err)
+	}
+	fleettest.StoredResult(t, f.JetStream(), "pay-1")
+	if err := w.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	fleettest.WaitCatalog(t, d) // no live worker of charge
+
+	again, err := d.Call(t.Context(), "charge", `{ "cents": 500 }`, dispatcher.WithCallID("pay-1"))
+	if err != nil || again.IsError || again.Content != r.Content {
+		t.Errorf("Call again = %+v, %v; want the call's result %q", again, err, r.Content)
+	}
+	if id, err := d.Submit(t.Context(), "charge", `{"cents":500}`, dispatcher.WithCallID("pay-1")); id != "pay-1" || err != nil {
+		t.Errorf("Submit again = %q, %v; want the call's id", id, err)
+	}
+	var ce *windlass.CallError
+	if _, err := d.Submit(t.Context(), "charge", `{"cents":900}`, dispatcher.WithCallID("pay-1")); !errors.As(err, &ce) || ce.Code != windlass.CodeIDConflict {
+		t.Errorf("Submit with other arguments = %v; want id_conflict", err)
+	}
+	if _, err := d.Submit(t.Context(), "charge", `{"cents":500}`, dispatcher.WithCallID("pay-2")); !errors.As(err, &ce) || ce.Code != windlass.CodeNoWorker {
+		t.Errorf("Submit of a new id = %v; want no_worker", err)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Errorf("charge ran %d times", n)
+	}
+}
