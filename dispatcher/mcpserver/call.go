@@ -187,13 +187,23 @@ func (h *Handler) call(ctx context.Context, req *mcp.CallToolRequest, t callTarg
 		}
 		h.cancelCall(ctx, log, id, ended.Error())
 		return errorResult(id, windlass.CodeCanceled, fmt.Sprintf("Tool %q was canceled: %v (call id %s).", t.name, ended, id)), nil
-	case ctx.Err() != nil:
+	case h.base.Err() != nil:
+		// Close: the call goes on in the fleet. Checked before the
+		// request's end: once the SDK's session close begins, it ends the
+		// session's other requests in progress too (ErrServerClosing).
+		return errorResult(id, windlass.CodeUnavailable, "The MCP server is shutting down; the call goes on in the fleet (call id "+id+")."), nil
+	case clientCanceled(ctx):
 		// The client canceled: cancel the call in the fleet, so that a
 		// queued call never runs and a running one stops.
 		h.cancelCall(ctx, log, id, "canceled by the MCP client")
 		return nil, ctx.Err()
-	case h.base.Err() != nil:
-		return errorResult(id, windlass.CodeUnavailable, "The MCP server is shutting down; the call goes on in the fleet (call id "+id+")."), nil
+	case ctx.Err() != nil:
+		// The SDK ended the request, not the client (the session's
+		// connection failed): as for a dropped POST, that is not taken for
+		// the client's end; the call goes on, and a retry with its id
+		// joins it.
+		log.DebugContext(ctx, "mcpserver: request ended by the SDK; the call goes on", "cause", context.Cause(ctx))
+		return errorResult(id, windlass.CodeUnavailable, fmt.Sprintf("The MCP request ended (%v); the call goes on in the fleet (call id %s).", context.Cause(ctx), id)), nil
 	case waitCtx.Err() != nil:
 		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), cancelTimeout)
 		defer ccancel()
@@ -223,6 +233,16 @@ func (h *Handler) pastTheBound(ctx context.Context, name, id string, bound time.
 			"No result of the call to %q within %s, and whether it finished could not be read (it may have run, and succeeded); ask for call %s's result later: %v", name, bound.Round(time.Second), id, err))
 	}
 	return errorResult(id, windlass.CodeTimeout, fmt.Sprintf("Tool %q timed out: no result within %s.", name, bound.Round(time.Second)))
+}
+
+// clientCanceled reports whether the client canceled the request ctx
+// (notifications/cancelled): the SDK cancels it without a cause then. It
+// gives other causes when it ends a request itself — ErrServerClosing
+// when a session's close begins or a response cannot be written, the read
+// error when the connection's reading ends — which are not the client's
+// cancellation.
+func clientCanceled(ctx context.Context) bool {
+	return ctx.Err() != nil && context.Cause(ctx) == context.Canceled
 }
 
 // sessionID is the id of the MCP session a request came in.

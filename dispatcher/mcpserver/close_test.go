@@ -1,0 +1,189 @@
+package mcpserver_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/windlass-dev/windlass"
+	"github.com/windlass-dev/windlass/dispatcher"
+	"github.com/windlass-dev/windlass/dispatcher/mcpserver"
+	"github.com/windlass-dev/windlass/internal/fleettest"
+	"github.com/windlass-dev/windlass/worker"
+)
+
+// blockTool is a tool that runs until release is closed (then succeeds
+// with "done <call id>") or its context ends (the cause is recorded under
+// its call id).
+type blockTool struct {
+	started chan string
+	release chan struct{}
+	mu      sync.Mutex
+	causes  map[string]error
+	runs    map[string]int
+}
+
+func newBlockTool() *blockTool {
+	return &blockTool{started: make(chan string, 64), release: make(chan struct{}), causes: map[string]error{}, runs: map[string]int{}}
+}
+
+func (b *blockTool) tool(name string) windlass.Tool {
+	return windlass.MustFunc(name, func(ctx context.Context, in struct{}) (string, error) {
+		info, _ := windlass.CallInfoFromContext(ctx)
+		b.mu.Lock()
+		b.runs[info.ID]++
+		b.mu.Unlock()
+		b.started <- info.ID
+		select {
+		case <-b.release:
+			return "done " + info.ID, nil
+		case <-ctx.Done():
+			b.mu.Lock()
+			b.causes[info.ID] = context.Cause(ctx)
+			b.mu.Unlock()
+			return "", ctx.Err()
+		}
+	}, windlass.WithTimeout(10*time.Minute))
+}
+
+// cause is what ended the context of call id's run, if anything did.
+func (b *blockTool) cause(id string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.causes[id]
+}
+
+// runCount is how many times call id ran.
+func (b *blockTool) runCount(id string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.runs[id]
+}
+
+// waitStarted waits until n runs started.
+func (b *blockTool) waitStarted(t *testing.T, n int) {
+	t.Helper()
+	for i := range n {
+		select {
+		case <-b.started:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("only %d of %d calls started", i, n)
+		}
+	}
+}
+
+// waitFinished waits until call id is finished in the fleet and returns
+// its status.
+func waitFinished(t *testing.T, d *dispatcher.Dispatcher, id string) dispatcher.CallStatus {
+	t.Helper()
+	var st dispatcher.CallStatus
+	var err error
+	fleettest.WaitFor(t, 30*time.Second, "call "+id+" finished", func() bool {
+		st, err = d.Status(t.Context(), id)
+		return err == nil && st.State == dispatcher.StateFinished
+	})
+	return st
+}
+
+// serveHandler is serve, returning the handler for a test to close.
+func serveHandler(t *testing.T, cfg mcpserver.Config) (*mcpserver.Handler, string) {
+	t.Helper()
+	h, err := mcpserver.New(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { _ = h.Close() })
+	return h, srv.URL
+}
+
+// Handler.Close loses no call, however many a session waits for. The
+// SDK's session Close, once begun, fails the responses still to be
+// written, and that cancels every other request of the session in
+// progress (cause jsonrpc2's ErrServerClosing): the handler took that for
+// the client's cancellation and canceled those calls in the fleet
+// ("canceled by the MCP client"). (Found by a review helper.)
+func TestCloseLetsTheCallsOfASessionGoOn(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t)
+	b := newBlockTool()
+	f.startWorker(worker.Config{}, b.tool("block"))
+	d := f.Dispatcher(dispatcher.Config{})
+	logs := newLogRecorder()
+	defer logs.dumpIfFailed(t)
+	h, url := serveHandler(t, mcpserver.Config{Dispatcher: d, Logger: slog.New(logs)})
+	cs := connect(t, url, nil)
+
+	const n = 4
+	var dones []<-chan callOutcome
+	for i := range n {
+		dones = append(dones, callInBackground(t.Context(), cs, "block", nil, mcp.Meta{mcpserver.MetaCallID: fmt.Sprintf("close_%d", i)}))
+	}
+	b.waitStarted(t, n)
+
+	_ = h.Close()
+	for _, done := range dones {
+		receive(t, done)
+	}
+	// The calls go on in the fleet: let them finish.
+	close(b.release)
+	for i := range n {
+		id := fmt.Sprintf("close_%d", i)
+		if st := waitFinished(t, d, id); st.Result.IsError {
+			t.Errorf("call %s after Handler.Close: %s %q (tool's context: %v); want it to go on and succeed", id, st.Result.Code(), st.Result.Content, b.cause(id))
+		}
+		if runs := b.runCount(id); runs != 1 {
+			t.Errorf("call %s ran %d times, want 1", id, runs)
+		}
+	}
+}
+
+// The same for calls held for approval: Handler.Close (a replica's
+// restart) leaves every held call of a session pending at the approval
+// service; before, all but one were canceled there, "canceled by the MCP
+// client". (Found by a review helper.)
+func TestCloseLeavesHeldCallsPending(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t)
+	apr, wcfg := f.startApprovals()
+	var runs atomic.Int64
+	f.startWorker(wcfg, payTool(&runs))
+	d := f.Dispatcher(dispatcher.Config{})
+	h, url := serveHandler(t, mcpserver.Config{Dispatcher: d})
+	cs := connect(t, url, nil)
+
+	const n = 3
+	var dones []<-chan callOutcome
+	for i := range n {
+		dones = append(dones, callInBackground(t.Context(), cs, "pay", payArgs{To: "bob", Amount: float64(i + 1)}, mcp.Meta{mcpserver.MetaCallID: fmt.Sprintf("held_%d", i)}))
+	}
+	for i := range n {
+		apr.waitHeld(fmt.Sprintf("held_%d", i), "pending")
+	}
+	_ = h.Close()
+	for _, done := range dones {
+		receive(t, done)
+	}
+	// Close returned once every handler did, and a handler that cancels a
+	// call has the fleet answer it canceled before it returns.
+	for i := range n {
+		id := fmt.Sprintf("held_%d", i)
+		if st, err := d.Status(t.Context(), id); err != nil || st.State == dispatcher.StateFinished {
+			t.Errorf("held call %s after Handler.Close: %+v, %v; want it still held: Close loses no call", id, st, err)
+		}
+		if st, reason := apr.held(id); st != "pending" {
+			t.Errorf("held call %s after Handler.Close: %s (%s) at the approval service, want pending", id, st, reason)
+		}
+	}
+	if got := runs.Load(); got != 0 {
+		t.Errorf("the gated tool ran %d times, want 0", got)
+	}
+}
