@@ -67,6 +67,10 @@ type callTarget struct {
 // client canceled.
 const cancelTimeout = 5 * time.Second
 
+// errPastTheBound is the cause a call's wait ends with when the MCP
+// server's bound for it passes.
+var errPastTheBound = errors.New("mcpserver: no result within the MCP server's bound")
+
 // requestedCallID is the call id a tools/call request asks for in its
 // _meta, or a new one; refusal is the answer to an invalid one.
 func requestedCallID(meta mcp.Meta) (id string, refusal *mcp.CallToolResult) {
@@ -158,7 +162,7 @@ func (h *Handler) call(ctx context.Context, req *mcp.CallToolRequest, t callTarg
 	// The wait ends with the client's request, with its session, at Close,
 	// or a little after the call's deadline (the fleet answers timeout by
 	// then).
-	waitCtx, cancel := context.WithDeadline(sessionCtx, deadline.Add(2*time.Second))
+	waitCtx, cancel := context.WithDeadlineCause(sessionCtx, deadline.Add(2*time.Second), errPastTheBound)
 	defer cancel()
 	stop := context.AfterFunc(h.base, cancel)
 	defer stop()
@@ -204,12 +208,20 @@ func (h *Handler) call(ctx context.Context, req *mcp.CallToolRequest, t callTarg
 		// joins it.
 		log.DebugContext(ctx, "mcpserver: request ended by the SDK; the call goes on", "cause", context.Cause(ctx))
 		return errorResult(id, windlass.CodeUnavailable, fmt.Sprintf("The MCP request ended (%v); the call goes on in the fleet (call id %s).", context.Cause(ctx), id)), nil
-	case waitCtx.Err() != nil:
+	case errors.Is(context.Cause(waitCtx), errPastTheBound):
 		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), cancelTimeout)
 		defer ccancel()
 		return h.pastTheBound(cctx, t.name, id, bound), nil
 	default:
-		return errorResult(id, windlass.CodeUnavailable, fmt.Sprintf("The fleet could not report the result of the call to %q: %v", t.name, watchErr)), nil
+		// The call could not be followed (await ends waitCtx as it
+		// returns, so its end says nothing here): the call goes on, and a
+		// request with its id asks again.
+		if watchErr == nil {
+			watchErr = errors.New("its events ended without a result")
+		}
+		log.WarnContext(ctx, "mcpserver: following the call failed; the call goes on", "error", watchErr)
+		return errorResult(id, windlass.CodeUnavailable, fmt.Sprintf(
+			"The fleet could not report the result of the call to %q now; the call goes on: ask for call %s's result later: %v", t.name, id, watchErr)), nil
 	}
 }
 
