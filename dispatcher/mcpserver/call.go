@@ -198,7 +198,12 @@ func (h *Handler) call(ctx context.Context, req *mcp.CallToolRequest, t callTarg
 		return errorResult(id, windlass.CodeUnavailable, "The MCP server is shutting down; the call goes on in the fleet (call id "+id+")."), nil
 	case clientCanceled(ctx):
 		// The client canceled: cancel the call in the fleet, so that a
-		// queued call never runs and a running one stops.
+		// queued call never runs and a running one stops — unless another
+		// request waits for it too (a retry of the same call id).
+		if !h.sessions.leave(w) {
+			log.DebugContext(ctx, "mcpserver: request canceled; another request waits for the call")
+			return nil, ctx.Err()
+		}
 		h.cancelCall(ctx, log, id, "canceled by the MCP client")
 		return nil, ctx.Err()
 	case ctx.Err() != nil:
@@ -209,6 +214,13 @@ func (h *Handler) call(ctx context.Context, req *mcp.CallToolRequest, t callTarg
 		log.DebugContext(ctx, "mcpserver: request ended by the SDK; the call goes on", "cause", context.Cause(ctx))
 		return errorResult(id, windlass.CodeUnavailable, fmt.Sprintf("The MCP request ended (%v); the call goes on in the fleet (call id %s).", context.Cause(ctx), id)), nil
 	case errors.Is(context.Cause(waitCtx), errPastTheBound):
+		// Canceled in the fleet, unless another request waits for the
+		// call too (it joined later: its bound passes later).
+		if !h.sessions.leave(w) {
+			log.DebugContext(ctx, "mcpserver: no result within the bound; another request waits for the call")
+			return errorResult(id, windlass.CodeUnavailable, fmt.Sprintf(
+				"No result of the call to %q within %s; the call goes on for another request waiting for it (call id %s).", t.name, bound.Round(time.Second), id)), nil
+		}
 		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), cancelTimeout)
 		defer ccancel()
 		return h.pastTheBound(cctx, t.name, id, bound), nil

@@ -46,7 +46,8 @@
 //     when a tool that reported completion keeps running;
 //   - a client's cancellation (notifications/cancelled) cancels the call in
 //     the fleet (dispatcher Cancel), so a queued call never runs and a
-//     running one sees its context end;
+//     running one sees its context end — unless another request waits for
+//     the same call id, for which the call goes on;
 //   - a call of a gated tool waits for a person's approval in the approval
 //     service, bounded by Config.ApprovalWait;
 //   - a failed result (a tool error, a refusal such as invalid_arguments or
