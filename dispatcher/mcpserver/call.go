@@ -20,6 +20,7 @@ import (
 	"github.com/windlass-dev/windlass/dispatcher"
 	"github.com/windlass-dev/windlass/internal/layout"
 	"github.com/windlass-dev/windlass/internal/telemetry"
+	"github.com/windlass-dev/windlass/internal/textcut"
 )
 
 // Keys of _meta in tools/list entries, tools/call requests, results and
@@ -67,6 +68,11 @@ type callTarget struct {
 // client canceled.
 const cancelTimeout = 5 * time.Second
 
+// maxClientName bounds the client's name (clientInfo.name) in a call's
+// metadata (mcp_client): the client chooses it, and every call message
+// carries it.
+const maxClientName = 256
+
 // errPastTheBound is the cause a call's wait ends with when the MCP
 // server's bound for it passes.
 var errPastTheBound = errors.New("mcpserver: no result within the MCP server's bound")
@@ -111,7 +117,7 @@ func (h *Handler) call(ctx context.Context, req *mcp.CallToolRequest, t callTarg
 	deadline := time.Now().Add(bound)
 	meta := map[string]string{"via": "mcp"}
 	if info := req.ClientInfo(); info != nil && info.Name != "" {
-		meta["mcp_client"] = info.Name
+		meta["mcp_client"] = textcut.Cut(info.Name, maxClientName)
 	}
 
 	// The wait joins its session before the call is submitted: from here
