@@ -1,10 +1,14 @@
 package mcpserver_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -186,4 +190,110 @@ func TestCloseLeavesHeldCallsPending(t *testing.T) {
 	if got := runs.Load(); got != 0 {
 		t.Errorf("the gated tool ran %d times, want 0", got)
 	}
+}
+
+// Handler.Close answers every request waiting for a call before it closes
+// the sessions: an error result, unavailable, that says the server is
+// shutting down and names the call id (a client that did not choose the
+// id learns it there), while the call goes on in the fleet. Before, the
+// SDK's session close refused the answers, and the requests' streams
+// ended without one. The client here speaks HTTP by hand, to read each
+// POST's stream to its end. (Found by a review helper.)
+func TestCloseAnswersTheWaitingRequests(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t)
+	b := newBlockTool()
+	f.startWorker(worker.Config{}, b.tool("block"))
+	d := f.Dispatcher(dispatcher.Config{})
+	logs := newLogRecorder()
+	defer logs.dumpIfFailed(t)
+	h, url := serveHandler(t, mcpserver.Config{Dispatcher: d, Logger: slog.New(logs)})
+
+	c := &rawClient{url: url}
+	if code, body, err := c.post(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}`); err != nil || code != http.StatusOK {
+		t.Fatalf("initialize: %d %s %v", code, body, err)
+	}
+	if code, body, err := c.post(`{"jsonrpc":"2.0","method":"notifications/initialized"}`); err != nil || code != http.StatusAccepted {
+		t.Fatalf("notifications/initialized: %d %s %v", code, body, err)
+	}
+	const n = 2
+	bodies := make(chan string, n)
+	for i := range n {
+		go func() {
+			_, body, err := c.post(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"block","arguments":{}}}`, i+1))
+			bodies <- fmt.Sprintf("%s %v", body, err)
+		}()
+	}
+	var ids []string
+	for range n {
+		select {
+		case id := <-b.started:
+			ids = append(ids, id)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("only %d of %d calls started", len(ids), n)
+		}
+	}
+
+	_ = h.Close()
+	var all string
+	for range n {
+		select {
+		case body := <-bodies:
+			all += body + "\n"
+		case <-time.After(30 * time.Second):
+			t.Fatal("a tools/call POST did not end within 30s of Close")
+		}
+	}
+	for i := range n {
+		if !strings.Contains(all, fmt.Sprintf(`"id":%d,"result"`, i+1)) {
+			t.Errorf("no result for request %d after Handler.Close; the POSTs' streams: %s", i+1, all)
+		}
+	}
+	for _, id := range ids {
+		if !strings.Contains(all, "shutting down; the call goes on in the fleet (call id "+id+")") {
+			t.Errorf("no answer names call %s as going on after Handler.Close; the POSTs' streams: %s", id, all)
+		}
+	}
+	close(b.release)
+	for _, id := range ids {
+		if st := waitFinished(t, d, id); st.Result.IsError {
+			t.Errorf("call %s after Handler.Close: %s %q; want it to go on and succeed", id, st.Result.Code(), st.Result.Content)
+		}
+	}
+}
+
+// rawClient speaks MCP's streamable HTTP by hand, protocol 2025-06-18,
+// one session, no notification stream.
+type rawClient struct {
+	url string
+	mu  sync.Mutex
+	sid string
+}
+
+// post sends one JSON-RPC message and reads the whole answer.
+func (c *rawClient) post(body string) (int, string, error) {
+	req, err := http.NewRequest(http.MethodPost, c.url, strings.NewReader(body))
+	if err != nil {
+		return 0, "", err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	c.mu.Lock()
+	if c.sid != "" {
+		req.Header.Set("Mcp-Session-Id", c.sid)
+		req.Header.Set("Mcp-Protocol-Version", "2025-06-18")
+	}
+	c.mu.Unlock()
+	resp, err := (&http.Client{Timeout: time.Minute}).Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if s := resp.Header.Get("Mcp-Session-Id"); s != "" {
+		c.mu.Lock()
+		c.sid = s
+		c.mu.Unlock()
+	}
+	return resp.StatusCode, string(bytes.TrimSpace(b)), err
 }

@@ -79,7 +79,11 @@
 // live in the process that created them: behind a load balancer, route a
 // session's requests to one replica (affinity on the Mcp-Session-Id
 // header). Calls themselves are the fleet's, so a replica's restart (or
-// [Handler.Close]) loses no call, only the client's wait for it.
+// [Handler.Close]) loses no call, only the client's wait for it: Close
+// answers each waiting request before it closes the sessions (isError,
+// code unavailable: the server is shutting down, the call goes on, with
+// its id), and a request with that call id to another replica waits for
+// the call again.
 //
 // A caller that goes away does not leave a live call behind. When a
 // session ends, every call it waits for is canceled in the fleet (a held

@@ -111,6 +111,7 @@ type Handler struct {
 	advertised map[string]string // tool name -> spec hash, as in server
 
 	sessions sessions // the sessions' liveness and the calls they wait for
+	posts    inflight // POSTs in progress, whose answers Close lets out
 
 	base       context.Context // canceled by Close: waiting calls return
 	stopAll    context.CancelFunc
@@ -164,9 +165,13 @@ const requestEnvelope = 1 << 20
 // ServeHTTP implements http.Handler: MCP's streamable HTTP transport
 // (POST for requests, GET for the server's notification stream, DELETE to
 // end a session). It counts each session's open requests, for its idle
-// timeout, and cancels the calls of a session the client deletes before
-// the session is closed.
+// timeout, and all POSTs in progress, for Close, and cancels the calls of
+// a session the client deletes before the session is closed.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodPost {
+		h.posts.begin()
+		defer h.posts.end()
+	}
 	id := r.Header.Get(sessionIDHeader)
 	switch {
 	case id == "":
@@ -197,12 +202,26 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// closeWait bounds Close's wait for the answers of the requests in
+// progress: past it, the sessions are closed anyway, and the answers not
+// yet written are lost. A handler's longest last step is a cancellation
+// sent to the fleet (cancelTimeout).
+const closeWait = cancelTimeout + time.Second
+
 // Close stops following the fleet, ends the waits of calls in progress
-// (their calls go on in the fleet; clients get an error result) and closes
+// (their calls go on in the fleet; each waiting request is answered with
+// an error result, unavailable: the server is shutting down, and the call
+// goes on, with its id), waits up to a few seconds (closeWait) for the
+// POSTs in progress to end, so that those answers are written, and closes
 // every session. It is idempotent.
 func (h *Handler) Close() error {
 	h.closeOnce.Do(func() {
 		h.stopAll()
+		// A session's close refuses every answer not yet written (the
+		// SDK), so the sessions are closed once their POSTs ended.
+		if !h.posts.wait(closeWait) {
+			h.cfg.Logger.Warn("mcpserver: closing with requests in progress; their answers are lost", "waited", closeWait)
+		}
 		<-h.followDone
 		h.sessions.close() // no more expiries; waits for those under way
 		for s := range h.server.Sessions() {
@@ -210,4 +229,51 @@ func (h *Handler) Close() error {
 		}
 	})
 	return nil
+}
+
+// inflight counts requests in progress, and lets Close wait, bounded, for
+// none to be.
+type inflight struct {
+	mu   sync.Mutex
+	n    int
+	idle chan struct{} // closed when n drops to 0; nil while no one waits
+}
+
+func (f *inflight) begin() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.n++
+}
+
+func (f *inflight) end() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.n--
+	if f.n == 0 && f.idle != nil {
+		close(f.idle)
+		f.idle = nil
+	}
+}
+
+// wait waits until no request is in progress, at most d; false when d
+// passed first.
+func (f *inflight) wait(d time.Duration) bool {
+	f.mu.Lock()
+	if f.n == 0 {
+		f.mu.Unlock()
+		return true
+	}
+	if f.idle == nil {
+		f.idle = make(chan struct{})
+	}
+	idle := f.idle
+	f.mu.Unlock()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-idle:
+		return true
+	case <-t.C:
+		return false
+	}
 }
