@@ -35,8 +35,11 @@ const (
 	// In a tools/call request's _meta it is the client's own id for the
 	// call, such as the model's tool-call id: the call id is the fleet's
 	// deduplication key, so a request repeating the id of an earlier call
-	// (a retry after a timeout, a lost connection or a restart) is that
-	// call, run once, and gets its answer. The id must pass
+	// is that call, run once: a retry after a lost connection or a restart
+	// gets its answer; one after the client canceled the earlier request
+	// (as the MCP SDKs do when a request times out) gets the call as the
+	// cancellation left it: canceled, unless it had finished or another
+	// request still waited for it (see the package doc). The id must pass
 	// [windlass.ValidateCallID]; another is refused with an isError
 	// result, code invalid_call.
 	MetaCallID = layout.MCPMetaCallID

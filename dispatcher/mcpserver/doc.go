@@ -22,9 +22,17 @@
 //   - the call id is the one the request's _meta names under
 //     "dev.windlass/call_id" ([MetaCallID]), such as the model's tool-call
 //     id, else a new one. The fleet deduplicates by call id, so a request
-//     repeating an id — a retry after a timeout, a lost connection or a
-//     restart, from any session — is the same call, run once, and gets its
-//     answer; an invalid id is refused (isError, code invalid_call);
+//     repeating an id, from any session, is the same call, run once: a
+//     retry after a lost connection or a restart (see Sessions) waits for
+//     the call and gets its answer. A request that timed out is another
+//     matter: the MCP SDKs' clients send notifications/cancelled when it
+//     does (the go-sdk when the request's context ends, the TypeScript SDK
+//     at its request timeout), which cancels the call (see below), so a
+//     retry after it gets the canceled result (the call's own, if it
+//     finished first) — unless the retry was already waiting for the
+//     call, for which it goes on. A client that must wait longer sets a
+//     longer timeout, or resets it on progress (the keepalives below). An
+//     invalid id is refused (isError, code invalid_call);
 //   - the client learns the call id at once, before any result: in the
 //     _meta (and the message) of the first progress notification, sent as
 //     soon as the fleet accepted the call, when the request has a progress
