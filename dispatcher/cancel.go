@@ -18,6 +18,16 @@ import (
 // fleet has no record of (never accepted, or past the retention window).
 var ErrUnknownCall = errors.New("dispatcher: no such call")
 
+// ErrCanceledUnanswered is wrapped by the error of [Dispatcher.Cancel]
+// when the cancellation was stored but the canceled result, which answers
+// the call's caller, could not be: the call is canceled all the same, and
+// whoever holds it answers its caller canceled (a worker running it
+// cancels its context, one that pulls it later does not run it, the
+// approval service drops a held one). Unless the call finished first, its
+// result will be canceled; [Dispatcher.Status] and [Dispatcher.Wait] tell
+// when it is stored.
+var ErrCanceledUnanswered = errors.New("dispatcher: canceled, but its canceled result is not stored yet")
+
 // FinishedError is returned by [Dispatcher.Cancel] for a call that already
 // has its result, which it carries.
 type FinishedError struct {
@@ -40,7 +50,9 @@ func (e *FinishedError) Error() string {
 // A call that already has its result returns a *[FinishedError]; an id the
 // fleet never accepted returns [ErrUnknownCall]; when the streams cannot
 // say which (NATS down or restarting), the error wraps [ErrUnavailable]
-// and nothing was canceled.
+// and nothing was canceled. When the cancellation was stored but the
+// canceled result could not be, the error wraps [ErrCanceledUnanswered]:
+// the call is canceled, and answered by whoever holds it.
 func (d *Dispatcher) Cancel(ctx context.Context, callID, reason string) error {
 	if err := windlass.ValidateCallID(callID); err != nil {
 		return fmt.Errorf("dispatcher: cancel: %w", err)
@@ -96,7 +108,7 @@ func (d *Dispatcher) Cancel(ctx context.Context, callID, reason string) error {
 	if err != nil {
 		// The cancellation is recorded: the worker that holds or pulls
 		// the call answers it canceled.
-		return fmt.Errorf("dispatcher: cancel %q: canceled, but answering its caller failed (its worker will): %w", callID, err)
+		return fmt.Errorf("%w: cancel %q: answering its caller failed (its worker will): %w", ErrCanceledUnanswered, callID, err)
 	}
 	if ack.Duplicate {
 		// Another answer came first, after the look-up above: this

@@ -294,6 +294,13 @@ func (h *Handler) cancelCall(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, dispatcher.ErrUnknownCall):
 		writeError(w, CodeUnknownCall, fmt.Sprintf("the fleet has no record of call %q (never accepted, or past the retention window)", id))
 		return
+	case errors.Is(err, dispatcher.ErrCanceledUnanswered):
+		// Canceled: whoever holds the call answers it canceled, which
+		// its URL shows once stored. Not "unavailable", which would say
+		// nothing was canceled.
+		h.cfg.Logger.WarnContext(r.Context(), "httpapi: call canceled; its canceled result is not stored yet", "call_id", id, "reason", reason, "error", err)
+		h.answerPending(w, r, id)
+		return
 	case err != nil:
 		h.unavailable(w, r, id, err)
 		return

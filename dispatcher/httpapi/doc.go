@@ -45,7 +45,10 @@
 // results and events streams answered and neither holds it. While they
 // cannot be read (NATS down or restarting, a stream not recovered yet),
 // GET, DELETE and the events of a call answer 503 unavailable, never 404,
-// so a client does not take an accepted call for lost.
+// so a client does not take an accepted call for lost. A DELETE whose
+// cancellation was stored but whose canceled result could not be is 202
+// with the call's URL, not 503: the call is canceled, and its URL shows
+// the result once the call's worker (or the approval service) stores it.
 //
 // Each event stream holds a consumer and a subscription on the NATS
 // server, deleted when the stream ends (the call finished, the client

@@ -171,20 +171,9 @@ func TestOpenAPIStylesAreWindlassStyles(t *testing.T) {
 // document itself.
 func TestOpenAPIDescribesResponses(t *testing.T) {
 	f := newFleet(t, httpapi.Config{})
-	c := schemaCompiler(t)
 	check := func(r response, schema string) {
 		t.Helper()
-		s, err := c.Compile("openapi.json#/components/schemas/" + schema)
-		if err != nil {
-			t.Fatal(err)
-		}
-		v, err := jsonschema.UnmarshalJSON(bytes.NewReader(r.body))
-		if err != nil {
-			t.Fatalf("%s: %v", r, err)
-		}
-		if err := s.Validate(v); err != nil {
-			t.Errorf("%s does not match %s: %v", r, schema, err)
-		}
+		matchesSchema(t, r, schema)
 	}
 	check(f.do("GET", "/v1/tools?style=anthropic", ""), "ToolList")
 	done := f.do("POST", "/v1/calls", `{"tool":"add","arguments":{"a":1,"b":2}}`)
@@ -199,6 +188,23 @@ func TestOpenAPIDescribesResponses(t *testing.T) {
 	served := f.do("GET", "/v1/openapi.json", "")
 	if served.status != http.StatusOK || !bytes.Equal(served.body, httpapi.OpenAPI()) {
 		t.Errorf("GET /v1/openapi.json = %d, %d bytes; want the embedded document", served.status, len(served.body))
+	}
+}
+
+// matchesSchema checks r's body against the document's schema of that
+// name (Call, ErrorBody...).
+func matchesSchema(t *testing.T, r response, schema string) {
+	t.Helper()
+	s, err := schemaCompiler(t).Compile("openapi.json#/components/schemas/" + schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(r.body))
+	if err != nil {
+		t.Fatalf("%s: %v", r, err)
+	}
+	if err := s.Validate(v); err != nil {
+		t.Errorf("%s does not match %s: %v", r, schema, err)
 	}
 }
 

@@ -1,0 +1,98 @@
+package httpapi_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/windlass-dev/windlass"
+	"github.com/windlass-dev/windlass/dispatcher"
+	"github.com/windlass-dev/windlass/dispatcher/httpapi"
+	"github.com/windlass-dev/windlass/internal/fleettest"
+	"github.com/windlass-dev/windlass/internal/layout"
+	"github.com/windlass-dev/windlass/worker"
+)
+
+// TestADELETEWhoseCanceledResultIsNotStoredSaysCanceling: DELETE stores
+// the cancellation, then answers the call's caller by storing a canceled
+// result. When that second write fails (here the results stream refuses
+// writes), the call is canceled all the same — the running tool's context
+// is — so the DELETE must not be answered 503 unavailable, which the
+// OpenAPI document defines as "nothing was canceled": it is 202 with the
+// call's URL, and Dispatcher.Cancel's error wraps
+// dispatcher.ErrCanceledUnanswered.
+func TestADELETEWhoseCanceledResultIsNotStoredSaysCanceling(t *testing.T) {
+	ff := fleettest.New(t)
+	started, canceled := make(chan struct{}, 1), make(chan error, 1)
+	ff.StartWorker(worker.Config{Heartbeat: 50 * time.Millisecond}, windlass.MustFunc("long", func(ctx context.Context, _ struct{}) (string, error) {
+		started <- struct{}{}
+		<-ctx.Done()
+		canceled <- context.Cause(ctx)
+		return "", context.Cause(ctx)
+	}))
+	nc := ff.Conn()
+	d := ff.Dispatcher(dispatcher.Config{Conn: nc})
+	fleettest.WaitCatalog(t, d, "long")
+	h, err := httpapi.New(httpapi.Config{Dispatcher: d, Conn: nc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	f := &fleet{Fleet: ff, t: t, d: d, h: h, srv: srv}
+
+	c := f.call(f.do("POST", "/v1/calls", `{"tool":"long","async":true,"timeout_ms":60000}`), http.StatusAccepted)
+	select {
+	case <-started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the call did not start")
+	}
+	// The results stream stops taking writes (a fault a real server shows
+	// as a store failure or a stream without quorum): it is full.
+	js := ff.JetStream()
+	s, err := js.Stream(t.Context(), layout.ResultsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	healthy := s.CachedInfo().Config
+	full := healthy
+	full.MaxBytes, full.Discard = 1, jetstream.DiscardNew
+	if _, err := js.UpdateStream(t.Context(), full); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = js.UpdateStream(context.Background(), healthy) }) // lets the worker answer and stop, should the test fail
+
+	r := f.do("DELETE", "/v1/calls/"+c.ID+"?reason=stop", "")
+	select {
+	case cause := <-canceled:
+		if !errors.Is(cause, windlass.ErrCallCanceled) {
+			t.Errorf("the tool's context ended with %v; want windlass.ErrCallCanceled", cause)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the tool's context was not canceled")
+	}
+	got := f.call(r, http.StatusAccepted)
+	if got.ID != c.ID || got.URL != c.URL || r.header.Get("Location") != c.URL {
+		t.Errorf("DELETE = %s, Location %q; want 202 with call %q at %s", r, r.header.Get("Location"), c.ID, c.URL)
+	}
+	matchesSchema(t, r, "Call")
+
+	// Canceling again finds it canceled, its answer still not stored.
+	if err := d.Cancel(t.Context(), c.ID, "stop"); !errors.Is(err, dispatcher.ErrCanceledUnanswered) {
+		t.Errorf("Cancel again = %v; want dispatcher.ErrCanceledUnanswered", err)
+	}
+	// The stream takes writes again: the worker's answer is stored, the
+	// call's result is canceled, as the 202 said it would be.
+	if _, err := js.UpdateStream(t.Context(), healthy); err != nil {
+		t.Fatal(err)
+	}
+	st := f.pollUntil(c.ID, "the call's result", func(c httpapi.Call) bool { return c.State == dispatcher.StateFinished })
+	if st.Result.Code() != windlass.CodeCanceled {
+		t.Errorf("the call's result is %+v; want canceled", st.Result)
+	}
+}
