@@ -137,14 +137,17 @@ func (h *Handler) createCall(w http.ResponseWriter, r *http.Request) {
 }
 
 // answerPending answers 202 with the call's URL and status, or 200 when
-// it turns out to be finished already.
+// it turns out to be finished already. The state is the one read: a
+// status that could not be read, or that found no record yet, is
+// "unknown" (never an assumed "queued": the call may be running, or
+// finished, by then), and the URL is the way to ask again.
 func (h *Handler) answerPending(w http.ResponseWriter, r *http.Request, id string) {
-	c := callFromStatus(dispatcher.CallStatus{ID: id, State: dispatcher.StateQueued})
-	if st, err := h.cfg.Dispatcher.Status(r.Context(), id); err == nil && st.State != dispatcher.StateUnknown {
-		c = callFromStatus(st)
-	} else if err != nil {
+	st, err := h.cfg.Dispatcher.Status(r.Context(), id)
+	if err != nil {
 		h.cfg.Logger.WarnContext(r.Context(), "httpapi: status of a submitted call", "call_id", id, "error", err)
+		st = dispatcher.CallStatus{ID: id, State: dispatcher.StateUnknown}
 	}
+	c := callFromStatus(st)
 	if c.State == dispatcher.StateFinished {
 		writeJSON(w, http.StatusOK, c)
 		return
