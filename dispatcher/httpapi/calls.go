@@ -10,6 +10,7 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -77,7 +78,7 @@ func callFromResult(r windlass.ToolResult) Call {
 
 // createCall is POST /v1/calls.
 func (h *Handler) createCall(w http.ResponseWriter, r *http.Request) {
-	req, ok := decodeCallRequest(w, r)
+	req, ok := h.decodeCallRequest(w, r)
 	if !ok {
 		return
 	}
@@ -180,8 +181,8 @@ func (h *Handler) refused(w http.ResponseWriter, r *http.Request, tool string, e
 }
 
 // decodeCallRequest reads a POST /v1/calls body strictly: JSON only, one
-// object, no unknown fields, within the size limit.
-func decodeCallRequest(w http.ResponseWriter, r *http.Request) (CallRequest, bool) {
+// object, no unknown fields, within the size and time limits.
+func (h *Handler) decodeCallRequest(w http.ResponseWriter, r *http.Request) (CallRequest, bool) {
 	var req CallRequest
 	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
 		writeError(w, CodeUnsupportedMediaType, "the body must be JSON, sent with Content-Type: application/json")
@@ -189,9 +190,13 @@ func decodeCallRequest(w http.ResponseWriter, r *http.Request) (CallRequest, boo
 	}
 	if err := decodeStrict(r.Body, &req); err != nil {
 		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
+		switch {
+		case errors.As(err, &tooLarge):
 			writeError(w, windlass.CodePayloadTooLarge, fmt.Sprintf("the request body is over the limit of %d bytes; send large inputs by reference", tooLarge.Limit))
-		} else {
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			w.Header().Set("Connection", "close") // the rest of the body may still come
+			writeError(w, CodeRequestTimeout, fmt.Sprintf("the request body did not arrive whole within %s of its headers", h.cfg.BodyTimeout))
+		default:
 			writeError(w, windlass.CodeInvalidCall, "request body: "+err.Error())
 		}
 		return req, false
@@ -223,7 +228,9 @@ func decodeCallRequest(w http.ResponseWriter, r *http.Request) (CallRequest, boo
 }
 
 // decodeStrict decodes exactly one JSON value from body into v, refusing
-// unknown fields and trailing data.
+// unknown fields and trailing data. A body over its size or time limit
+// returns the reader's error (*http.MaxBytesError, one wrapping
+// os.ErrDeadlineExceeded).
 func decodeStrict(body io.Reader, v any) error {
 	dec := json.NewDecoder(body)
 	dec.DisallowUnknownFields()
@@ -231,20 +238,24 @@ func decodeStrict(body io.Reader, v any) error {
 		if errors.Is(err, io.EOF) {
 			return errors.New("empty; want a JSON object")
 		}
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
+		if overLimit(err) {
 			return err
 		}
 		return errors.New(strings.TrimPrefix(err.Error(), "json: "))
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
+		if overLimit(err) {
 			return err
 		}
 		return errors.New("trailing data after the JSON object")
 	}
 	return nil
+}
+
+// overLimit reports whether err is a body's size or time limit.
+func overLimit(err error) bool {
+	var tooLarge *http.MaxBytesError
+	return errors.As(err, &tooLarge) || errors.Is(err, os.ErrDeadlineExceeded)
 }
 
 // pathID reads and checks the {id} of a call's path.

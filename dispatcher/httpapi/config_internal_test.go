@@ -22,6 +22,7 @@ func TestConfigValidate(t *testing.T) {
 		{"valid with an extra handler", func(c *Config) { c.Extra = map[string]http.Handler{"/mcp": http.NotFoundHandler()} }, ""},
 		{"no dispatcher", func(c *Config) { c.Dispatcher = nil }, "httpapi: Config.Dispatcher is nil: pass a *dispatcher.Dispatcher"},
 		{"negative max body bytes", func(c *Config) { c.MaxBodyBytes = -1 }, "httpapi: Config.MaxBodyBytes must not be negative, got -1"},
+		{"negative body timeout", func(c *Config) { c.BodyTimeout = -time.Second }, "httpapi: Config.BodyTimeout must not be negative, got -1s"},
 		{"negative max wait", func(c *Config) { c.MaxWait = -time.Second }, "httpapi: Config.MaxWait must not be negative, got -1s"},
 		{"negative max staleness", func(c *Config) { c.MaxStaleness = -time.Second }, "httpapi: Config.MaxStaleness must not be negative, got -1s"},
 		{"negative keep-alive", func(c *Config) { c.KeepAlive = -time.Second }, "httpapi: Config.KeepAlive must not be negative, got -1s"},

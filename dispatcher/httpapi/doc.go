@@ -31,7 +31,8 @@
 // the fleet's results where one applies, mapped to HTTP statuses in one
 // table ([HTTPStatus]): invalid_call (bad JSON, unknown field, bad id) and
 // invalid_request (a query parameter) 400, unauthorized 401, unknown_tool
-// and unknown_call 404, call_finished (with the result), id_conflict and
+// and unknown_call 404, request_timeout 408 (a body that did not arrive
+// within [Config.BodyTimeout]), call_finished (with the result), id_conflict and
 // spec_mismatch 409, payload_too_large 413, unsupported_media_type 415,
 // invalid_arguments 422, too_many_streams, rate_limited and overloaded
 // 429, no_worker and unavailable 503. The codes worth simply trying again

@@ -23,6 +23,9 @@ const (
 	CodeInvalidRequest windlass.ErrorCode = "invalid_request"
 	// CodeUnsupportedMediaType: a body that is not application/json.
 	CodeUnsupportedMediaType windlass.ErrorCode = "unsupported_media_type"
+	// CodeRequestTimeout: the request's body did not arrive whole within
+	// [Config.BodyTimeout]; the connection is closed after the answer.
+	CodeRequestTimeout windlass.ErrorCode = "request_timeout"
 	// CodeUnknownCall: the fleet has no record of the call id (never
 	// accepted, or past the retention window).
 	CodeUnknownCall windlass.ErrorCode = "unknown_call"
@@ -50,6 +53,7 @@ var statusOf = map[windlass.ErrorCode]int{
 	CodeUnknownCall:               http.StatusNotFound,
 	CodeNotFound:                  http.StatusNotFound,
 	CodeMethodNotAllowed:          http.StatusMethodNotAllowed,
+	CodeRequestTimeout:            http.StatusRequestTimeout,
 	CodeCallFinished:              http.StatusConflict,
 	windlass.CodeIDConflict:       http.StatusConflict,
 	windlass.CodeSpecMismatch:     http.StatusConflict,

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"net/http"
@@ -33,6 +34,8 @@ const (
 	DefaultMaxStreams = 1000
 	// DefaultMaxStreamsPerKey bounds the event streams of one API key.
 	DefaultMaxStreamsPerKey = 100
+	// DefaultBodyTimeout bounds the time a request body has to arrive.
+	DefaultBodyTimeout = 30 * time.Second
 )
 
 // Config configures a [Handler]. Zero values mean the documented defaults.
@@ -48,6 +51,14 @@ type Config struct {
 	// default: arguments that large travel by reference) and 1 MiB for
 	// the rest of the request.
 	MaxBodyBytes int64
+	// BodyTimeout bounds the time a request body has to arrive whole,
+	// from when its headers were read: a body still incomplete then is
+	// answered 408 request_timeout and its connection closed, where a
+	// client sending a few bytes at a time would hold a connection and a
+	// goroutine for as long as it liked. It bounds the body only, not the
+	// wait for a result or an event stream after it (the server's
+	// ReadTimeout would cut those). Default 30s.
+	BodyTimeout time.Duration
 	// MaxWait bounds how long POST /v1/calls waits for a result before it
 	// answers 202 with the call's URL; a request's wait_ms may ask for
 	// less, never more. Default 60s, under common proxies' idle timeouts.
@@ -73,7 +84,7 @@ type Config struct {
 	// Extra mounts more handlers beside the API (for instance an MCP
 	// server at "/mcp"): the key is an http.ServeMux pattern ("/mcp",
 	// "POST /hooks/{id}"). They are served behind the same API-key check
-	// and body limit; a pattern that clashes with the API's routes is an
+	// and body limits (MaxBodyBytes, BodyTimeout); a pattern that clashes with the API's routes is an
 	// error of New.
 	Extra map[string]http.Handler
 	// Logger receives the handler's logs. Default: discard.
@@ -137,6 +148,7 @@ func (c Config) withDefaults() Config {
 	if c.MaxBodyBytes == 0 && c.Dispatcher != nil {
 		c.MaxBodyBytes = c.Dispatcher.PayloadLimit() + bodyEnvelope
 	}
+	c.BodyTimeout = cmp.Or(c.BodyTimeout, DefaultBodyTimeout)
 	c.MaxWait = cmp.Or(c.MaxWait, DefaultMaxWait)
 	c.MaxStaleness = cmp.Or(c.MaxStaleness, DefaultMaxStaleness)
 	c.KeepAlive = cmp.Or(c.KeepAlive, DefaultKeepAlive)
@@ -157,6 +169,8 @@ func (c Config) validate() error {
 		return errors.New("httpapi: Config.Dispatcher is nil: pass a *dispatcher.Dispatcher")
 	case c.MaxBodyBytes < 0:
 		return fmt.Errorf("httpapi: Config.MaxBodyBytes must not be negative, got %d", c.MaxBodyBytes)
+	case c.BodyTimeout < 0:
+		return fmt.Errorf("httpapi: Config.BodyTimeout must not be negative, got %s", c.BodyTimeout)
 	case c.MaxWait < 0:
 		return fmt.Errorf("httpapi: Config.MaxWait must not be negative, got %s", c.MaxWait)
 	case c.MaxStaleness < 0:
@@ -277,7 +291,7 @@ func keyName(r *http.Request) string {
 // apiKeyName is the context key of the API key's name the guard found.
 type apiKeyName struct{}
 
-// guard checks the API key and bounds the body; the request's trace
+// guard checks the API key and bounds the body, in size and in time; the request's trace
 // context (traceparent, tracestate, baggage) becomes its context's, so the
 // call's spans join the caller's trace.
 func (h *Handler) guard(next http.HandlerFunc) http.HandlerFunc {
@@ -296,9 +310,46 @@ func (h *Handler) guard(next http.HandlerFunc) http.HandlerFunc {
 			h.cfg.Logger.DebugContext(r.Context(), "httpapi: request", "api_key", name, "method", r.Method, "path", r.URL.Path)
 			r = r.WithContext(context.WithValue(r.Context(), apiKeyName{}, name))
 		}
+		if r.Body != nil && r.Body != http.NoBody {
+			r.Body = h.timedBody(w, r.Body)
+		}
 		if r.Body != nil {
 			r.Body = http.MaxBytesReader(w, r.Body, h.cfg.MaxBodyBytes)
 		}
 		next(w, r)
 	}
+}
+
+// timedBody bounds the time body has to arrive whole: a read deadline
+// [Config.BodyTimeout] from now on the request's connection, cleared when
+// a read of the body reaches its end, so that the wait or the stream that
+// follows is not cut (net/http's HTTP/1 server clears it then too, as it
+// starts watching for the client leaving; this does not rely on it). A
+// read that fails leaves it (the server's discard of the rest of the
+// body, after the handler, is bounded by it too), and so does a handler
+// that does not read the body to its end: nothing reads the connection
+// meanwhile.
+func (h *Handler) timedBody(w http.ResponseWriter, body io.ReadCloser) io.ReadCloser {
+	rc := http.NewResponseController(w)
+	if err := rc.SetReadDeadline(time.Now().Add(h.cfg.BodyTimeout)); err != nil {
+		return body // not a connection (a test's recorder)
+	}
+	return &timedBody{ReadCloser: body, clear: func() { _ = rc.SetReadDeadline(time.Time{}) }}
+}
+
+// timedBody is a request body whose read deadline is cleared at its end.
+type timedBody struct {
+	io.ReadCloser
+	clear func()
+	done  bool
+}
+
+// Read implements io.Reader.
+func (b *timedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if errors.Is(err, io.EOF) && !b.done {
+		b.done = true
+		b.clear()
+	}
+	return n, err
 }
