@@ -63,12 +63,21 @@ type CallRequest struct {
 // /v1/calls, GET and DELETE /v1/calls/{id}.
 type Call struct {
 	dispatcher.CallStatus
-	// URL is the call's path on the API, /v1/calls/{id}.
+	// URL is the call's path on the API, /v1/calls/{id}, the id
+	// path-escaped ("." and ".." as %2E and %2E%2E).
 	URL string `json:"url"`
 }
 
-// callURL is a call's path on the API.
-func callURL(id string) string { return "/v1/calls/" + url.PathEscape(id) }
+// callURL is a call's path on the API. The ids "." and ".." (valid ones)
+// are escaped too (%2E): as path segments they are dot-segments, which
+// clients and the mux resolve away (/v1/calls/.. is /v1).
+func callURL(id string) string {
+	seg := url.PathEscape(id)
+	if id == "." || id == ".." {
+		seg = strings.ReplaceAll(id, ".", "%2E")
+	}
+	return "/v1/calls/" + seg
+}
 
 func callFromStatus(st dispatcher.CallStatus) Call { return Call{CallStatus: st, URL: callURL(st.ID)} }
 
