@@ -494,6 +494,10 @@ func (d *Dispatcher) byReference(ctx context.Context, p *prepared) error {
 	if err != nil {
 		return &windlass.CallError{Code: windlass.CodeInvalidArguments, Message: fmt.Sprintf("encode call: %v", err)}
 	}
+	if err := d.overMaxPayload(p, data); err != nil {
+		d.payloads.Delete(ctx, ref) // nothing will point at it
+		return err
+	}
 	p.call.ArgumentsRef, p.msg.Data = &ref, data
 	return nil
 }

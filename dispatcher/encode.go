@@ -3,10 +3,37 @@ package dispatcher
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/windlass-dev/windlass"
+	"github.com/windlass-dev/windlass/approval/release"
+	"github.com/windlass-dev/windlass/internal/layout"
 )
+
+// overMaxPayload is the payload_too_large refusal of a call whose message,
+// data, is over the NATS server's max payload with its arguments by
+// reference already: what is too large is the rest, its metadata (the
+// one field without a bound of its own), which no reference carries — a
+// publish would fail the same way each time (nats.ErrMaxPayload), and its
+// caller would be told the fleet is unavailable. nil when the message
+// fits; a gated call's leaves room for its release, as prepare counts it.
+func (d *Dispatcher) overMaxPayload(p *prepared, data []byte) error {
+	m := p.msg
+	m.Data = data
+	size := layout.MessageSize(&m)
+	if p.gated {
+		size += release.Reserve
+	}
+	limit := d.cfg.Conn.MaxPayload()
+	if limit <= 0 || int64(size) <= limit {
+		return nil
+	}
+	meta, _ := json.Marshal(p.call.Metadata)
+	return &windlass.CallError{Code: windlass.CodePayloadTooLarge, Message: fmt.Sprintf(
+		"The call to %q is %d bytes with its arguments by reference, over the NATS server's max payload of %d bytes: its metadata (%d bytes) is too large for a call; nothing was queued. Send less metadata.",
+		p.call.Name, size, limit, len(meta))}
+}
 
 // encodeCall is json.Marshal(call) for a call prepare has checked, in one
 // buffer and without re-scanning the arguments: its id and name are

@@ -39,7 +39,9 @@ type CallRequest struct {
 	// [MaxDurationMS]. Default: the tool's timeout plus the dispatcher's
 	// queue allowance.
 	TimeoutMS int64 `json:"timeout_ms,omitempty"`
-	// Metadata is caller-defined (requester, session).
+	// Metadata is caller-defined (requester, session). It travels in the
+	// call's message whatever the arguments' size: metadata too large for
+	// one (the NATS server's max payload) is refused payload_too_large.
 	Metadata map[string]string `json:"metadata,omitempty"`
 	// Async answers 202 at once, without waiting for the result.
 	Async bool `json:"async,omitempty"`
