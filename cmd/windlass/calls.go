@@ -70,6 +70,10 @@ func runCancel(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	case errors.As(err, &finished):
 		return &exitError{code: 1, err: fmt.Errorf("cancel %s: the call already finished with result code %s; nothing to cancel: %w",
 			id, cmp.Or(string(finished.Result.Code()), "success"), err)}
+	case errors.Is(err, dispatcher.ErrCanceledUnanswered):
+		// Canceled: whoever holds the call answers its caller.
+		fmt.Fprintf(stdout, "canceled %s (its canceled result is not stored yet; the worker or approval service holding the call stores it: %v)\n", id, err)
+		return nil
 	case err != nil:
 		return fmt.Errorf("cancel %s: %w", id, err)
 	}

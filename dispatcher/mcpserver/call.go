@@ -295,6 +295,8 @@ func (h *Handler) cancelCall(ctx context.Context, log *slog.Logger, id, reason s
 	switch err := h.d.Cancel(cctx, id, reason); {
 	case errors.As(err, &finished):
 		log.DebugContext(ctx, "mcpserver: call finished before its cancellation", "reason", reason, "code", cmp.Or(string(finished.Result.Code()), "success"))
+	case errors.Is(err, dispatcher.ErrCanceledUnanswered):
+		log.InfoContext(ctx, "mcpserver: call canceled; its canceled result is left to whoever holds the call", "reason", reason, "error", err)
 	case err != nil:
 		log.WarnContext(ctx, "mcpserver: canceling the call failed", "reason", reason, "error", err)
 	default:
