@@ -126,7 +126,7 @@ type prepared struct {
 	opts     callOptions // as the caller set them
 	counted  *counted    // its count in the metrics; nil: metrics off, or counted by another submit
 	held     *heldSlot   // its slot under the limits' caps; nil: none taken here
-	refused  error       // a resubmit's refusal by the fleet as it is now (see resubmitted)
+	resubmit bool        // a resubmit prepare recognised (see resubmitted): nothing to publish
 }
 
 // prepare checks a call against the view and encodes it. A refusal is a
@@ -146,7 +146,7 @@ func (d *Dispatcher) prepare(ctx context.Context, name string, args any, opts []
 	if o.id == "" || windlass.ValidateCallID(o.id) != nil {
 		return nil, err
 	}
-	if again, cerr := d.resubmitted(ctx, name, args, o, err); again != nil || cerr != nil {
+	if again, cerr := d.resubmitted(ctx, name, args, o); again != nil || cerr != nil {
 		return again, cerr
 	}
 	return nil, err
@@ -167,7 +167,7 @@ var refusedAsItIsNow = []windlass.ErrorCode{windlass.CodeUnknownTool, windlass.C
 // other arguments is id_conflict, as always. Nil, nil when the id has no
 // record (or it cannot be read, or the arguments do not encode): the
 // refusal stands.
-func (d *Dispatcher) resubmitted(ctx context.Context, name string, args any, o callOptions, refused error) (*prepared, error) {
+func (d *Dispatcher) resubmitted(ctx context.Context, name string, args any, o callOptions) (*prepared, error) {
 	raw, err := windlass.EncodeArguments(args)
 	if err != nil {
 		return nil, nil
@@ -180,7 +180,7 @@ func (d *Dispatcher) resubmitted(ctx context.Context, name string, args any, o c
 	if !ok {
 		return nil, nil
 	}
-	p := &prepared{opts: o, ownID: true, argsHash: hash, refused: refused,
+	p := &prepared{opts: o, ownID: true, argsHash: hash, resubmit: true,
 		subject: layout.CallSubject(name, o.id), msg: nats.Msg{Header: nats.Header{}}}
 	p.call = windlass.ToolCall{ID: o.id, Name: name, Key: o.key, Metadata: o.metadata,
 		Deadline: d.deadline(ctx, o, windlass.Spec{Timeout: windlass.DefaultTimeout}, false)}
@@ -376,14 +376,15 @@ func (d *Dispatcher) schema(spec windlass.Spec, hash string) (*windlass.Argument
 func (d *Dispatcher) publish(ctx context.Context, p *prepared) (duplicate bool, err error) {
 	ctx, span := d.startSend(ctx, p)
 	defer func() { endSend(span, err); d.published(p, duplicate, err) }()
+	if p.resubmit {
+		// Its record was found and matched (resubmitted): looked up
+		// again, a read that fails now, or a wait already past its
+		// deadline, would leave it the refusal that call never deserved.
+		return true, nil
+	}
 	if p.ownID {
 		if rec, ok := d.recordOf(ctx, p.call.ID, false); ok {
 			return true, conflict(p, rec)
-		}
-		if p.refused != nil {
-			// A resubmit whose record is gone since (past its
-			// retention): the fleet's refusal stands.
-			return false, p.refused
 		}
 	}
 	if err := d.admit(ctx, p); err != nil {
