@@ -30,7 +30,7 @@
 // remote tool says that changes nothing — its annotations mark it
 // read-only or idempotent — or when the server certainly did not take it:
 // the call's own request was never written to a connection (a refused
-// dial), or was answered 404 (the session unknown there), 429 or 503.
+// dial), or was answered 404 (the session unknown there) or 429.
 // Otherwise its caller is told unavailable, that the call may have run,
 // and it is not sent again: a tool does not run twice because its answer
 // was lost on the way. (A worker lost mid-call still has its calls

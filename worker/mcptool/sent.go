@@ -3,8 +3,9 @@ package mcptool
 import (
 	"cmp"
 	"context"
+	"errors"
+	"net"
 	"net/http"
-	"net/http/httptrace"
 	"slices"
 	"sync"
 )
@@ -23,14 +24,16 @@ type sentKey struct{}
 // sendRecord is what became of the POSTs of one call.
 type sendRecord struct {
 	mu       sync.Mutex
-	written  bool  // a request was written, whole or in part
+	written  bool  // a request may have reached the server, whole or in part
 	statuses []int // the answers' status codes, in order
 }
 
-// notTakenStatuses are answers a server (or a proxy before it) gives a
-// request it did not process: it did not know the session (404), it is
-// over its rate (429), it is unavailable (503).
-var notTakenStatuses = []int{http.StatusNotFound, http.StatusTooManyRequests, http.StatusServiceUnavailable}
+// notTakenStatuses are answers given to a request that was not processed:
+// the server did not know its session (404), or it, or a proxy before it,
+// is over its rate (429). Not 503: a proxy answers it too when its
+// upstream connection broke after the request went through (Envoy's
+// "upstream connect error or disconnect/reset before headers").
+var notTakenStatuses = []int{http.StatusNotFound, http.StatusTooManyRequests}
 
 // withSendRecord returns ctx carrying a new record for the call's requests.
 func withSendRecord(ctx context.Context) (context.Context, *sendRecord) {
@@ -39,8 +42,8 @@ func withSendRecord(ctx context.Context) (context.Context, *sendRecord) {
 }
 
 // notTaken reports that the server certainly did not run the call: no
-// request of it was written, or every one written was answered with a
-// status of a request not processed.
+// request of it may have reached it, or every one that may have was
+// answered with a status of a request not processed.
 func (r *sendRecord) notTaken() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -48,7 +51,7 @@ func (r *sendRecord) notTaken() bool {
 		return true
 	}
 	if len(r.statuses) == 0 {
-		return false // written, and no answer: it may have run
+		return false // it may have gone, and no answer came: it may have run
 	}
 	for _, s := range r.statuses {
 		if !slices.Contains(notTakenStatuses, s) {
@@ -58,36 +61,45 @@ func (r *sendRecord) notTaken() bool {
 	return true
 }
 
-func (r *sendRecord) wrote() {
+// sent records a request that may have reached the server, and its
+// answer's status (0: none came).
+func (r *sendRecord) sent(status int) {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	r.written = true
-	r.mu.Unlock()
-}
-
-func (r *sendRecord) answered(status int) {
-	r.mu.Lock()
-	r.statuses = append(r.statuses, status)
-	r.mu.Unlock()
+	if status != 0 {
+		r.statuses = append(r.statuses, status)
+	}
 }
 
 // recordingTransport records the POSTs made under a call's context in its
 // sendRecord (see above), and passes every request on to next.
 type recordingTransport struct{ next http.RoundTripper }
 
-// RoundTrip implements http.RoundTripper.
+// RoundTrip implements http.RoundTripper. A POST is taken to have gone
+// unless it failed dialing (or connecting through a proxy), which sends
+// nothing: the transport's own hooks are not trusted to say more (one may
+// fire none, or resend on its own).
 func (t recordingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	rec, _ := req.Context().Value(sentKey{}).(*sendRecord)
 	if rec == nil || req.Method != http.MethodPost {
 		return t.next.RoundTrip(req)
 	}
-	// Written whole or in part, even with an error: some of it may have
-	// left. A dial that fails writes nothing.
-	trace := &httptrace.ClientTrace{WroteHeaders: rec.wrote, WroteRequest: func(httptrace.WroteRequestInfo) { rec.wrote() }}
-	resp, err := t.next.RoundTrip(req.WithContext(httptrace.WithClientTrace(req.Context(), trace)))
-	if err == nil {
-		rec.answered(resp.StatusCode)
+	resp, err := t.next.RoundTrip(req)
+	switch {
+	case err == nil:
+		rec.sent(resp.StatusCode)
+	case !neverSent(err):
+		rec.sent(0)
 	}
 	return resp, err
+}
+
+// neverSent reports an error of a request that failed before any of it
+// was written: dialing the server, or connecting through a proxy.
+func neverSent(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && (op.Op == "dial" || op.Op == "proxyconnect")
 }
 
 // recordingClient is c with its transport wrapped in recordingTransport.
