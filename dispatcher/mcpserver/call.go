@@ -165,6 +165,7 @@ func (h *Handler) call(ctx context.Context, req *mcp.CallToolRequest, t callTarg
 		}
 		return nil, fmt.Errorf("mcpserver: call %q: %w", t.name, err)
 	}
+	h.sessions.accepted(w)
 	log := h.cfg.Logger.With("call_id", id, "tool", t.name)
 	log.DebugContext(ctx, "mcpserver: call submitted")
 

@@ -45,6 +45,7 @@ type waiter struct {
 	callID  string
 	session *session // nil when the session is not tracked
 	cancel  context.CancelCauseFunc
+	counted bool // among the call's waiters (sessions.calls): its submit was accepted
 	left    bool
 }
 
@@ -56,7 +57,7 @@ type sessions struct {
 	mu       sync.Mutex
 	closed   bool
 	byID     map[string]*session
-	calls    map[string]int // call id -> its waiters, in all sessions
+	calls    map[string]int // call id -> its waiters whose submits were accepted, in all sessions
 	expiring sync.WaitGroup // expiries under way
 }
 
@@ -190,12 +191,26 @@ func (ss *sessions) join(id string, w *waiter, user string) error {
 		s.waiters[w] = struct{}{}
 		w.session = s
 	}
-	ss.calls[w.callID]++
 	return nil
 }
 
+// accepted counts w among its call's waiters, once its submit was
+// accepted: a request whose submit is refused (another call has the id,
+// the tool has no worker) never waits for the call, and must not keep
+// another request's cancellation from canceling it.
+func (ss *sessions) accepted(w *waiter) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if w.left || w.counted {
+		return
+	}
+	w.counted = true
+	ss.calls[w.callID]++
+}
+
 // leave ends w's wait. last reports that no other request, of any session,
-// waits for the same call.
+// waits for the same call (false for a request whose submit was not
+// accepted: it has no call).
 func (ss *sessions) leave(w *waiter) (last bool) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
@@ -205,6 +220,9 @@ func (ss *sessions) leave(w *waiter) (last bool) {
 	w.left = true
 	if w.session != nil {
 		delete(w.session.waiters, w)
+	}
+	if !w.counted {
+		return false
 	}
 	ss.calls[w.callID]--
 	if ss.calls[w.callID] > 0 {
