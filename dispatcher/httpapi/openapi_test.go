@@ -275,3 +275,35 @@ func resolve(doc any, ref string) any {
 	}
 	return cur
 }
+
+// TestOpenAPICallIDIsValidateCallID: the document's call id schemas (the
+// path parameter and CallRequest.id) accept exactly the ids
+// windlass.ValidateCallID accepts, so a client generated from the document
+// refuses what the server would.
+func TestOpenAPICallIDIsValidateCallID(t *testing.T) {
+	var whole any
+	if err := json.Unmarshal(httpapi.OpenAPI(), &whole); err != nil {
+		t.Fatal(err)
+	}
+	ids := []string{"call_1", "toolu_01A", ".", "..", "~!#$%&'()*+,-./:;<=>?@[]^_`{|}", strings.Repeat("x", 128),
+		"", strings.Repeat("x", 129), "a b", `a"b`, `a\b`, "é", "a\tb", "a\x7fb"}
+	for where, ptr := range map[string]string{
+		"path parameter": "#/components/parameters/CallID/schema",
+		"CallRequest.id": "#/components/schemas/CallRequest/properties/id",
+	} {
+		schema, _ := resolve(whole, ptr).(map[string]any)
+		pattern, _ := schema["pattern"].(string)
+		re, err := regexp.Compile(pattern)
+		if pattern == "" || err != nil {
+			t.Fatalf("%s: pattern %q: %v", where, pattern, err)
+		}
+		minLen, _ := schema["minLength"].(float64)
+		maxLen, _ := schema["maxLength"].(float64)
+		for _, id := range ids {
+			doc := re.MatchString(id) && len(id) >= int(minLen) && len(id) <= int(maxLen)
+			if valid := windlass.ValidateCallID(id) == nil; doc != valid {
+				t.Errorf("%s: id %q: the document says valid=%v, ValidateCallID %v", where, id, doc, valid)
+			}
+		}
+	}
+}
