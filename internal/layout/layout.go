@@ -488,7 +488,7 @@ func ReleasesConfig(o StreamOptions) jetstream.KeyValueConfig {
 // EnsureReleases returns the release ledger's bucket, creating it when it
 // is missing (like [EnsureStreams], it never changes an existing one).
 func EnsureReleases(ctx context.Context, js jetstream.JetStream, o StreamOptions) (jetstream.KeyValue, error) {
-	return ensureBucket(ctx, ReleasesBucket,
+	return ensureBucket(ctx, js, ReleasesBucket,
 		func(ctx context.Context) (jetstream.KeyValue, error) { return js.KeyValue(ctx, ReleasesBucket) },
 		func(ctx context.Context) (jetstream.KeyValue, error) {
 			return js.CreateKeyValue(ctx, ReleasesConfig(o))
@@ -498,7 +498,7 @@ func EnsureReleases(ctx context.Context, js jetstream.JetStream, o StreamOptions
 // ensureBucket opens a bucket, creating it when it is missing (and opening
 // it again when another process created it first), asking again like
 // EnsureStreams.
-func ensureBucket[B any](ctx context.Context, name string, open, create func(context.Context) (B, error)) (B, error) {
+func ensureBucket[B any](ctx context.Context, js jetstream.JetStream, name string, open, create func(context.Context) (B, error)) (B, error) {
 	b, err := retry.Value(ctx, ensurePolicy, func(ctx context.Context) (B, error) {
 		b, err := open(ctx)
 		if errors.Is(err, jetstream.ErrBucketNotFound) {
@@ -507,7 +507,7 @@ func ensureBucket[B any](ctx context.Context, name string, open, create func(con
 				b, err = open(ctx) // another process created it first
 			}
 		}
-		return b, onlyTimeoutsAgain(ctx, err)
+		return b, onlyTimeoutsAgain(ctx, deniedAPI(js, err))
 	})
 	if err != nil {
 		return b, fmt.Errorf("layout: ensure bucket %s: %w", name, err)
@@ -552,7 +552,7 @@ func PayloadsConfig(o StreamOptions) jetstream.ObjectStoreConfig {
 // EnsurePayloads returns the payloads bucket, creating it when it is
 // missing (like [EnsureStreams], it never changes an existing one).
 func EnsurePayloads(ctx context.Context, js jetstream.JetStream, o StreamOptions) (jetstream.ObjectStore, error) {
-	return ensureBucket(ctx, PayloadsBucket,
+	return ensureBucket(ctx, js, PayloadsBucket,
 		func(ctx context.Context) (jetstream.ObjectStore, error) { return js.ObjectStore(ctx, PayloadsBucket) },
 		func(ctx context.Context) (jetstream.ObjectStore, error) {
 			return js.CreateObjectStore(ctx, PayloadsConfig(o))
@@ -572,7 +572,7 @@ func EnsurePayloads(ctx context.Context, js jetstream.JetStream, o StreamOptions
 func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfgs ...jetstream.StreamConfig) error {
 	for _, cfg := range cfgs {
 		err := retry.Do(ctx, ensurePolicy, func(ctx context.Context) error {
-			return onlyTimeoutsAgain(ctx, ensureStream(ctx, js, cfg))
+			return onlyTimeoutsAgain(ctx, deniedAPI(js, ensureStream(ctx, js, cfg)))
 		})
 		if err != nil {
 			return fmt.Errorf("layout: ensure stream %s: %w", cfg.Name, err)
@@ -705,6 +705,17 @@ func BoundCalls(ctx context.Context, js jetstream.JetStream, o StreamOptions) (*
 // (nats.ErrPermissionViolation) and never answers, so the request only
 // times out.
 var ErrNotPermitted = errors.New("layout: not permitted")
+
+// deniedAPI is err, or ErrNotPermitted when err is a request timeout and
+// the server has refused this user a JetStream API request (a stream's
+// info or creation): the server answers such a request with nothing, so
+// the client sees only the timeout, and asking again cannot help.
+func deniedAPI(js jetstream.JetStream, err error) error {
+	if err != nil && errors.Is(err, context.DeadlineExceeded) && deniedPublish(js.Conn(), "$JS.API.STREAM.") {
+		return retry.Permanent(fmt.Errorf("%w: this NATS user may not make the request (%w): %w", ErrNotPermitted, js.Conn().LastError(), err))
+	}
+	return err
+}
 
 // deniedPublish reports whether the last error the server sent nc is a
 // permissions violation of a publish to a subject containing subject: why
