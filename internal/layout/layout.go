@@ -568,7 +568,11 @@ func EnsurePayloads(ctx context.Context, js jetstream.JetStream, o StreamOptions
 // to run from every process that uses the streams. A request the server
 // does not answer in time (a slow disk creating a stream, a server still
 // starting, a cluster still placing its first streams) is made again for up
-// to half a minute (ensurePolicy), while ctx lasts.
+// to half a minute (ensurePolicy), while ctx lasts — for each stream in
+// turn; a placement that can never succeed (more replicas than servers)
+// looks the same as a cluster still forming, and fails after it with the
+// server's error. A request the server refuses this user fails at once
+// (ErrNotPermitted).
 func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfgs ...jetstream.StreamConfig) error {
 	for _, cfg := range cfgs {
 		err := retry.Do(ctx, ensurePolicy, func(ctx context.Context) error {
