@@ -500,6 +500,7 @@ func EnsureReleases(ctx context.Context, js jetstream.JetStream, o StreamOptions
 // EnsureStreams.
 func ensureBucket[B any](ctx context.Context, js jetstream.JetStream, name string, open, create func(context.Context) (B, error)) (B, error) {
 	b, err := retry.Value(ctx, ensurePolicy, func(ctx context.Context) (B, error) {
+		before := js.Conn().LastError()
 		b, err := open(ctx)
 		if errors.Is(err, jetstream.ErrBucketNotFound) {
 			b, err = create(ctx)
@@ -507,7 +508,7 @@ func ensureBucket[B any](ctx context.Context, js jetstream.JetStream, name strin
 				b, err = open(ctx) // another process created it first
 			}
 		}
-		return b, onlyTimeoutsAgain(ctx, deniedAPI(js, err))
+		return b, onlyTimeoutsAgain(ctx, deniedAPI(js, before, name, err))
 	})
 	if err != nil {
 		return b, fmt.Errorf("layout: ensure bucket %s: %w", name, err)
@@ -576,7 +577,8 @@ func EnsurePayloads(ctx context.Context, js jetstream.JetStream, o StreamOptions
 func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfgs ...jetstream.StreamConfig) error {
 	for _, cfg := range cfgs {
 		err := retry.Do(ctx, ensurePolicy, func(ctx context.Context) error {
-			return onlyTimeoutsAgain(ctx, deniedAPI(js, ensureStream(ctx, js, cfg)))
+			before := js.Conn().LastError()
+			return onlyTimeoutsAgain(ctx, deniedAPI(js, before, cfg.Name, ensureStream(ctx, js, cfg)))
 		})
 		if err != nil {
 			return fmt.Errorf("layout: ensure stream %s: %w", cfg.Name, err)
@@ -710,13 +712,23 @@ func BoundCalls(ctx context.Context, js jetstream.JetStream, o StreamOptions) (*
 // times out.
 var ErrNotPermitted = errors.New("layout: not permitted")
 
-// deniedAPI is err, or ErrNotPermitted when err is a request timeout and
-// the server has refused this user a JetStream API request (a stream's
-// info or creation): the server answers such a request with nothing, so
-// the client sees only the timeout, and asking again cannot help.
-func deniedAPI(js jetstream.JetStream, err error) error {
-	if err != nil && errors.Is(err, context.DeadlineExceeded) && deniedPublish(js.Conn(), "$JS.API.STREAM.") {
-		return retry.Permanent(fmt.Errorf("%w: this NATS user may not make the request (%w): %w", ErrNotPermitted, js.Conn().LastError(), err))
+// deniedAPI is err, or ErrNotPermitted when err is a request timeout and,
+// during the attempt (the connection's last error was before), the server
+// refused this user a JetStream API request about the stream or bucket
+// name (its info or its creation): the server answers such a request with
+// nothing, so the client sees only the timeout, and asking again cannot
+// help. A refusal from before the attempt, or of another request, is not
+// this one's (a connection keeps its last error until it reconnects).
+func deniedAPI(js jetstream.JetStream, before error, name string, err error) error {
+	if err == nil || !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	last := js.Conn().LastError()
+	if last == nil || last == before || !errors.Is(last, nats.ErrPermissionViolation) {
+		return err
+	}
+	if msg := last.Error(); strings.Contains(msg, "Publish to") && strings.Contains(msg, "$JS.API.STREAM.") && strings.Contains(msg, name) {
+		return retry.Permanent(fmt.Errorf("%w: this NATS user may not make the request (%w): %w", ErrNotPermitted, last, err))
 	}
 	return err
 }
