@@ -74,12 +74,20 @@ func (r *sendRecord) sent(status int) {
 
 // recordingTransport records the POSTs made under a call's context in its
 // sendRecord (see above), and passes every request on to next.
-type recordingTransport struct{ next http.RoundTripper }
+type recordingTransport struct {
+	next http.RoundTripper
+	// netHTTP: next is net/http's own *http.Transport, which sends a POST
+	// once and fails a dial before writing anything. Another may resend on
+	// its own (a retrying transport), so a dial error it returns may follow
+	// an attempt that went.
+	netHTTP bool
+}
 
 // RoundTrip implements http.RoundTripper. A POST is taken to have gone
-// unless it failed dialing (or connecting through a proxy), which sends
-// nothing: the transport's own hooks are not trusted to say more (one may
-// fire none, or resend on its own).
+// unless net/http's transport failed dialing (or connecting through a
+// proxy), which sends nothing: the transport's hooks are not trusted to
+// say more (one may fire none), nor another transport's errors (it may
+// resend on its own).
 func (t recordingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	rec, _ := req.Context().Value(sentKey{}).(*sendRecord)
 	if rec == nil || req.Method != http.MethodPost {
@@ -89,7 +97,7 @@ func (t recordingTransport) RoundTrip(req *http.Request) (*http.Response, error)
 	switch {
 	case err == nil:
 		rec.sent(resp.StatusCode)
-	case !neverSent(err):
+	case !t.netHTTP || !neverSent(err):
 		rec.sent(0)
 	}
 	return resp, err
@@ -105,6 +113,8 @@ func neverSent(err error) bool {
 // recordingClient is c with its transport wrapped in recordingTransport.
 func recordingClient(c *http.Client) *http.Client {
 	cp := *c
-	cp.Transport = recordingTransport{next: cmp.Or[http.RoundTripper](c.Transport, http.DefaultTransport)}
+	next := cmp.Or[http.RoundTripper](c.Transport, http.DefaultTransport)
+	_, netHTTP := next.(*http.Transport)
+	cp.Transport = recordingTransport{next: next, netHTTP: netHTTP}
 	return &cp
 }
