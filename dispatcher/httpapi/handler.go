@@ -57,7 +57,9 @@ type Config struct {
 	// client sending a few bytes at a time would hold a connection and a
 	// goroutine for as long as it liked. It bounds the body only, not the
 	// wait for a result or an event stream after it (the server's
-	// ReadTimeout would cut those). Default 30s.
+	// ReadTimeout would cut those). Default 30s. An Extra handler reading
+	// a body past it gets the read's deadline error and answers it its own
+	// way (the MCP server: 400).
 	BodyTimeout time.Duration
 	// MaxWait bounds how long POST /v1/calls waits for a result before it
 	// answers 202 with the call's URL; a request's wait_ms may ask for
@@ -84,8 +86,9 @@ type Config struct {
 	// Extra mounts more handlers beside the API (for instance an MCP
 	// server at "/mcp"): the key is an http.ServeMux pattern ("/mcp",
 	// "POST /hooks/{id}"). They are served behind the same API-key check
-	// and body limits (MaxBodyBytes, BodyTimeout); a pattern that clashes with the API's routes is an
-	// error of New.
+	// and body limits (MaxBodyBytes, BodyTimeout: the handler sees the
+	// read's error, and answers it); a pattern that clashes with the
+	// API's routes is an error of New.
 	Extra map[string]http.Handler
 	// Logger receives the handler's logs. Default: discard.
 	Logger *slog.Logger
