@@ -146,7 +146,7 @@ func (d *Dispatcher) prepare(ctx context.Context, name string, args any, opts []
 	if o.id == "" || windlass.ValidateCallID(o.id) != nil {
 		return nil, err
 	}
-	if again, cerr := d.resubmitted(ctx, name, args, o); again != nil || cerr != nil {
+	if again, cerr := d.resubmitted(ctx, name, args, o, err); again != nil || cerr != nil {
 		return again, cerr
 	}
 	return nil, err
@@ -165,9 +165,10 @@ var refusedAsItIsNow = []windlass.ErrorCode{windlass.CodeUnknownTool, windlass.C
 // run — so its caller is answered as any resubmit is, with that call's
 // result, never told it was not run. The same id with another tool or
 // other arguments is id_conflict, as always. Nil, nil when the id has no
-// record (or it cannot be read, or the arguments do not encode): the
-// refusal stands.
-func (d *Dispatcher) resubmitted(ctx context.Context, name string, args any, o callOptions) (*prepared, error) {
+// record (or the arguments do not encode): the refusal stands. When the
+// streams cannot say whether it has one, the caller is told so
+// (unavailable, wrapping ErrUnavailable), not refused as if it had none.
+func (d *Dispatcher) resubmitted(ctx context.Context, name string, args any, o callOptions, refused error) (*prepared, error) {
 	raw, err := windlass.EncodeArguments(args)
 	if err != nil {
 		return nil, nil
@@ -176,10 +177,17 @@ func (d *Dispatcher) resubmitted(ctx context.Context, name string, args any, o c
 	if err != nil {
 		return nil, nil
 	}
-	rec, ok := d.recordOf(ctx, o.id, false)
-	if !ok {
+	k, err := retry.Value(ctx, retry.Policy{Initial: 10 * time.Millisecond, Max: 200 * time.Millisecond, For: queuedGrace},
+		func(ctx context.Context) (known, error) { return d.find(ctx, o.id) })
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, &windlass.CallError{Code: windlass.CodeUnavailable, Message: fmt.Sprintf(
+			"Call id %q may name a call the fleet accepted before, and whether it does could not be read (%v); as the fleet is now, a new call would be refused: %v. Ask for the call's status, or submit it again later.",
+			o.id, err, refused)})
+	}
+	if !k.found {
 		return nil, nil
 	}
+	rec := k.rec
 	p := &prepared{opts: o, ownID: true, argsHash: hash, resubmit: true,
 		subject: layout.CallSubject(name, o.id), msg: nats.Msg{Header: nats.Header{}}}
 	p.call = windlass.ToolCall{ID: o.id, Name: name, Key: o.key, Metadata: o.metadata,

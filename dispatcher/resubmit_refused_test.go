@@ -60,3 +60,36 @@ func TestAResubmitIsTheCallWhateverTheFleetIsNow(t *testing.T) {
 		t.Errorf("charge ran %d times", n)
 	}
 }
+
+// TestAResubmitWhoseRecordCannotBeReadIsNotRefused: a caller resubmits its
+// own id while the tool has no live worker and the streams cannot be read
+// (NATS down). Whether the id names a call the fleet accepted cannot be
+// known, so the caller is told unavailable — ask again — not no_worker,
+// "never queued", which at 2a3079f it was: the read failing was taken for
+// "no record" (found by a review helper).
+func TestAResubmitWhoseRecordCannotBeReadIsNotRefused(t *testing.T) {
+	t.Parallel()
+	charge := windlass.MustFunc("charge", func(ctx context.Context, in struct {
+		Cents int `json:"cents"`
+	}) (int, error) {
+		return in.Cents, nil
+	})
+	f := fleettest.New(t)
+	w := f.StartWorker(worker.Config{}, charge)
+	d := f.Dispatcher(dispatcher.Config{})
+	fleettest.WaitCatalog(t, d, "charge")
+	if r, err := d.Call(t.Context(), "charge", `{"cents":500}`, dispatcher.WithCallID("pay-dark")); err != nil || r.IsError {
+		t.Fatalf("Call = %+v, %v", r, err)
+	}
+	if err := w.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	fleettest.WaitCatalog(t, d) // no live worker of charge
+	f.NATS.Stop()
+
+	_, err := d.Submit(t.Context(), "charge", `{"cents":500}`, dispatcher.WithCallID("pay-dark"))
+	var ce *windlass.CallError
+	if !errors.Is(err, dispatcher.ErrUnavailable) || !errors.As(err, &ce) || ce.Code != windlass.CodeUnavailable {
+		t.Errorf("Submit while the record cannot be read = %v; want unavailable", err)
+	}
+}
