@@ -28,6 +28,9 @@ var ErrUnknownCall = errors.New("dispatcher: no such call")
 // when it is stored.
 var ErrCanceledUnanswered = errors.New("dispatcher: canceled, but its canceled result is not stored yet")
 
+// cancelRecordFor bounds the attempts to store a cancellation.
+const cancelRecordFor = 10 * time.Second
+
 // FinishedError is returned by [Dispatcher.Cancel] for a call that already
 // has its result, which it carries.
 type FinishedError struct {
@@ -50,7 +53,9 @@ func (e *FinishedError) Error() string {
 // A call that already has its result returns a *[FinishedError]; an id the
 // fleet never accepted returns [ErrUnknownCall]; when the streams cannot
 // say which (NATS down or restarting), the error wraps [ErrUnavailable]
-// and nothing was canceled. When the cancellation was stored but the
+// and nothing was canceled — or, its message saying so, the cancellation
+// was sent and not confirmed, and may be stored: cancel again, which is
+// the same cancellation. When the cancellation was stored but the
 // canceled result could not be, the error wraps [ErrCanceledUnanswered]:
 // the call is canceled, and answered by whoever holds it.
 func (d *Dispatcher) Cancel(ctx context.Context, callID, reason string) error {
@@ -77,9 +82,19 @@ func (d *Dispatcher) Cancel(ctx context.Context, callID, reason string) error {
 	if err != nil {
 		return fmt.Errorf("dispatcher: cancel %q: %w", callID, err)
 	}
-	if _, err := d.js.PublishMsg(ctx, &nats.Msg{Subject: layout.CancelSubject(callID), Data: data, Header: nats.Header{
+	// Sent again while unacknowledged (its message id makes a repeat
+	// one cancellation), for a bounded time: a cancellation stored whose
+	// acknowledgement was lost (a reply lost in a restart, a leader
+	// change) is a cancellation, and its caller must not be told that
+	// nothing was canceled.
+	rctx, cancel := context.WithTimeout(ctx, cancelRecordFor)
+	defer cancel()
+	if _, _, err := d.publishDurably(rctx, &nats.Msg{Subject: layout.CancelSubject(callID), Data: data, Header: nats.Header{
 		nats.MsgIdHdr: []string{layout.CancelMsgID(callID)}, layout.HeaderProtocol: []string{protocolVersion},
 	}}); err != nil {
+		if errors.Is(err, errUnconfirmed) {
+			return fmt.Errorf("%w: cancel %q: the cancellation may be stored, unconfirmed: cancel again (the same cancellation): %w", ErrUnavailable, callID, err)
+		}
 		return fmt.Errorf("dispatcher: cancel %q: record the cancellation: %w", callID, err)
 	}
 	// Answer the caller now. The results stream keeps one answer per call
