@@ -64,7 +64,7 @@ func runCancel(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	var finished *dispatcher.FinishedError
 	switch {
 	case errors.Is(err, dispatcher.ErrUnavailable):
-		return fmt.Errorf("cancel %s: nothing canceled; the fleet cannot say whether the call exists right now (NATS down or restarting?): %w", id, err)
+		return fmt.Errorf("cancel %s: not confirmed (NATS down or restarting?): the fleet could not say whether the call exists, or did not acknowledge the cancellation it was sent (the message says which); cancel again, which is the same cancellation: %w", id, err)
 	case errors.Is(err, dispatcher.ErrUnknownCall):
 		return &exitError{code: 1, err: fmt.Errorf("cancel %s: the fleet has no record of this call (never accepted, or past the retention window): %w", id, err)}
 	case errors.As(err, &finished):
