@@ -151,6 +151,12 @@ func ValidateCallID(id string) error {
 	if len(id) == 0 || len(id) > MaxCallIDLength {
 		return fmt.Errorf("windlass: call id must be 1 to %d characters, got %d", MaxCallIDLength, len(id))
 	}
+	if id == "." || id == ".." {
+		// A call's URL is /v1/calls/{id}: as a path segment "." and ".."
+		// are dot-segments, which URL parsers (browsers', fetch's) resolve
+		// away, escaped or not.
+		return fmt.Errorf("windlass: call id %q is not allowed (a URL's dot-segment)", id)
+	}
 	for i := 0; i < len(id); i++ {
 		if c := id[i]; c <= ' ' || c >= 0x7f || c == '"' || c == '\\' {
 			return fmt.Errorf("windlass: call id %q: character %q at byte %d is not allowed (printable ASCII without spaces, quotes or backslashes)", id, rune(c), i)

@@ -250,14 +250,15 @@ func FuzzValidateName(f *testing.F) {
 
 // FuzzValidateCallID checks the call id rule: whatever passes is 1 to
 // MaxCallIDLength printable ASCII bytes without spaces, quotes or
-// backslashes, so it can go in a header and a log line as it is.
+// backslashes, so it can go in a header and a log line as it is, and is
+// not a URL's dot-segment ("." or "..").
 func FuzzValidateCallID(f *testing.F) {
-	for _, s := range []string{"call_1", "toolu_01ABC", "a b", `a"b`, `a\b`, "ü", "", "\x00", strings.Repeat("x", 129)} {
+	for _, s := range []string{"call_1", "toolu_01ABC", "a b", `a"b`, `a\b`, "ü", "", "\x00", strings.Repeat("x", 129), ".", "..", "..."} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, id string) {
 		err := windlass.ValidateCallID(id)
-		valid := len(id) >= 1 && len(id) <= windlass.MaxCallIDLength && !strings.ContainsFunc(id, func(r rune) bool {
+		valid := len(id) >= 1 && len(id) <= windlass.MaxCallIDLength && id != "." && id != ".." && !strings.ContainsFunc(id, func(r rune) bool {
 			return r <= ' ' || r >= 0x7f || r == '"' || r == '\\'
 		})
 		if (err == nil) != valid {

@@ -66,20 +66,14 @@ type CallRequest struct {
 type Call struct {
 	dispatcher.CallStatus
 	// URL is the call's path on the API, /v1/calls/{id}, the id
-	// path-escaped ("." and ".." as %2E and %2E%2E).
+	// path-escaped.
 	URL string `json:"url"`
 }
 
-// callURL is a call's path on the API. The ids "." and ".." (valid ones)
-// are escaped too (%2E): as path segments they are dot-segments, which
-// clients and the mux resolve away (/v1/calls/.. is /v1).
-func callURL(id string) string {
-	seg := url.PathEscape(id)
-	if id == "." || id == ".." {
-		seg = strings.ReplaceAll(id, ".", "%2E")
-	}
-	return "/v1/calls/" + seg
-}
+// callURL is a call's path on the API. No valid id is a dot-segment ("."
+// or "..", which URL parsers resolve away, escaped or not: see
+// windlass.ValidateCallID).
+func callURL(id string) string { return "/v1/calls/" + url.PathEscape(id) }
 
 func callFromStatus(st dispatcher.CallStatus) Call { return Call{CallStatus: st, URL: callURL(st.ID)} }
 
