@@ -3,7 +3,6 @@ package dispatcher_test
 import (
 	"context"
 	"errors"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,16 +23,7 @@ import (
 // (Found by a review helper.)
 func TestAResubmitPastItsDeadlineIsNotToldNoWorker(t *testing.T) {
 	t.Parallel()
-	var runs atomic.Int64
-	charge := windlass.MustFunc("charge", func(ctx context.Context, in struct {
-		Cents int `json:"cents"`
-	}) (int64, error) {
-		return runs.Add(1), nil
-	})
-	f := fleettest.New(t)
-	w := f.StartWorker(worker.Config{}, charge)
-	d := f.Dispatcher(dispatcher.Config{})
-	fleettest.WaitCatalog(t, d, "charge")
+	f, w, d, runs := chargeFleet(t)
 	dl := time.Now().Add(3 * time.Second) // the caller's absolute deadline, reused on retry
 	r, err := d.Call(t.Context(), "charge", `{"cents":500}`, dispatcher.WithCallID("pay-dl"), dispatcher.WithDeadline(dl))
 	if err != nil || r.IsError {

@@ -22,16 +22,7 @@ import (
 // that changed the tool's spec: resubmit_refused_test.go there.)
 func TestAResubmitIsTheCallWhateverTheFleetIsNow(t *testing.T) {
 	t.Parallel()
-	var runs atomic.Int64
-	charge := windlass.MustFunc("charge", func(ctx context.Context, in struct {
-		Cents int `json:"cents"`
-	}) (int64, error) {
-		return runs.Add(1), nil
-	})
-	f := fleettest.New(t)
-	w := f.StartWorker(worker.Config{}, charge)
-	d := f.Dispatcher(dispatcher.Config{})
-	fleettest.WaitCatalog(t, d, "charge")
+	f, w, d, runs := chargeFleet(t)
 	r, err := d.Call(t.Context(), "charge", `{"cents":500}`, dispatcher.WithCallID("pay-1"))
 	if err != nil || r.IsError {
 		t.Fatalf("Call = %+v, %v", r, err)
@@ -69,15 +60,7 @@ func TestAResubmitIsTheCallWhateverTheFleetIsNow(t *testing.T) {
 // "no record" (found by a review helper).
 func TestAResubmitWhoseRecordCannotBeReadIsNotRefused(t *testing.T) {
 	t.Parallel()
-	charge := windlass.MustFunc("charge", func(ctx context.Context, in struct {
-		Cents int `json:"cents"`
-	}) (int, error) {
-		return in.Cents, nil
-	})
-	f := fleettest.New(t)
-	w := f.StartWorker(worker.Config{}, charge)
-	d := f.Dispatcher(dispatcher.Config{})
-	fleettest.WaitCatalog(t, d, "charge")
+	f, w, d, _ := chargeFleet(t)
 	if r, err := d.Call(t.Context(), "charge", `{"cents":500}`, dispatcher.WithCallID("pay-dark")); err != nil || r.IsError {
 		t.Fatalf("Call = %+v, %v", r, err)
 	}
@@ -92,4 +75,20 @@ func TestAResubmitWhoseRecordCannotBeReadIsNotRefused(t *testing.T) {
 	if !errors.Is(err, dispatcher.ErrUnavailable) || !errors.As(err, &ce) || ce.Code != windlass.CodeUnavailable {
 		t.Errorf("Submit while the record cannot be read = %v; want unavailable", err)
 	}
+}
+
+// chargeFleet is a fleet serving "charge" (its value: how many times it
+// ran, counted in runs), its worker and a dispatcher.
+func chargeFleet(t *testing.T) (f *fleettest.Fleet, w *fleettest.Worker, d *dispatcher.Dispatcher, runs *atomic.Int64) {
+	runs = new(atomic.Int64)
+	charge := windlass.MustFunc("charge", func(ctx context.Context, in struct {
+		Cents int `json:"cents"`
+	}) (int64, error) {
+		return runs.Add(1), nil
+	})
+	f = fleettest.New(t)
+	w = f.StartWorker(worker.Config{}, charge)
+	d = f.Dispatcher(dispatcher.Config{})
+	fleettest.WaitCatalog(t, d, "charge")
+	return f, w, d, runs
 }

@@ -1,21 +1,16 @@
 package httpapi_test
 
 import (
-	"context"
 	"errors"
 	"net/http"
-	"net/http/httptest"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/windlass-dev/windlass"
-	"github.com/windlass-dev/windlass/dispatcher"
-	"github.com/windlass-dev/windlass/dispatcher/httpapi"
 	"github.com/windlass-dev/windlass/internal/fleettest"
 	"github.com/windlass-dev/windlass/internal/layout"
-	"github.com/windlass-dev/windlass/worker"
 )
 
 // TestADELETEWhoseCancellationWasStoredUnacknowledgedIsNotNothingCanceled:
@@ -27,32 +22,8 @@ import (
 // running call. The cancellation is sent again (one, by its message id)
 // until acknowledged. (Found by a review helper.)
 func TestADELETEWhoseCancellationWasStoredUnacknowledgedIsNotNothingCanceled(t *testing.T) {
-	ff := fleettest.New(t)
-	started, canceled := make(chan struct{}, 1), make(chan error, 1)
-	ff.StartWorker(worker.Config{Heartbeat: 50 * time.Millisecond}, windlass.MustFunc("long", func(ctx context.Context, _ struct{}) (string, error) {
-		started <- struct{}{}
-		<-ctx.Done()
-		canceled <- context.Cause(ctx)
-		return "", context.Cause(ctx)
-	}))
 	dropper := &fleettest.AckDropper{Stream: layout.CancelsStream}
-	nc := ff.NATS.Connect(t, nats.SetCustomDialer(dropper))
-	d := ff.Dispatcher(dispatcher.Config{Conn: nc})
-	fleettest.WaitCatalog(t, d, "long")
-	h, err := httpapi.New(httpapi.Config{Dispatcher: d, Conn: nc})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
-	f := &fleet{Fleet: ff, t: t, d: d, h: h, srv: srv}
-
-	c := f.call(f.do("POST", "/v1/calls", `{"tool":"long","async":true,"timeout_ms":60000}`), http.StatusAccepted)
-	select {
-	case <-started:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the call did not start")
-	}
+	f, c, canceled := startLong(t, nats.SetCustomDialer(dropper))
 	dropper.Arm()
 	r := f.do("DELETE", "/v1/calls/"+c.ID+"?reason=stop", "")
 	if !dropper.Dropped() {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/windlass-dev/windlass"
@@ -27,31 +28,8 @@ import (
 // call's URL, and Dispatcher.Cancel's error wraps
 // dispatcher.ErrCanceledUnanswered.
 func TestADELETEWhoseCanceledResultIsNotStoredSaysCanceling(t *testing.T) {
-	ff := fleettest.New(t)
-	started, canceled := make(chan struct{}, 1), make(chan error, 1)
-	ff.StartWorker(worker.Config{Heartbeat: 50 * time.Millisecond}, windlass.MustFunc("long", func(ctx context.Context, _ struct{}) (string, error) {
-		started <- struct{}{}
-		<-ctx.Done()
-		canceled <- context.Cause(ctx)
-		return "", context.Cause(ctx)
-	}))
-	nc := ff.Conn()
-	d := ff.Dispatcher(dispatcher.Config{Conn: nc})
-	fleettest.WaitCatalog(t, d, "long")
-	h, err := httpapi.New(httpapi.Config{Dispatcher: d, Conn: nc})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
-	f := &fleet{Fleet: ff, t: t, d: d, h: h, srv: srv}
-
-	c := f.call(f.do("POST", "/v1/calls", `{"tool":"long","async":true,"timeout_ms":60000}`), http.StatusAccepted)
-	select {
-	case <-started:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the call did not start")
-	}
+	f, c, canceled := startLong(t)
+	ff := f.Fleet
 	// The results stream stops taking writes (a fault a real server shows
 	// as a store failure or a stream without quorum): it is full.
 	js := ff.JetStream()
@@ -83,7 +61,7 @@ func TestADELETEWhoseCanceledResultIsNotStoredSaysCanceling(t *testing.T) {
 	matchesSchema(t, r, "Call")
 
 	// Canceling again finds it canceled, its answer still not stored.
-	if err := d.Cancel(t.Context(), c.ID, "stop"); !errors.Is(err, dispatcher.ErrCanceledUnanswered) {
+	if err := f.d.Cancel(t.Context(), c.ID, "stop"); !errors.Is(err, dispatcher.ErrCanceledUnanswered) {
 		t.Errorf("Cancel again = %v; want dispatcher.ErrCanceledUnanswered", err)
 	}
 	// The stream takes writes again: the worker's answer is stored, the
@@ -95,4 +73,37 @@ func TestADELETEWhoseCanceledResultIsNotStoredSaysCanceling(t *testing.T) {
 	if st.Result.Code() != windlass.CodeCanceled {
 		t.Errorf("the call's result is %+v; want canceled", st.Result)
 	}
+}
+
+// startLong starts a fleet whose tool "long" runs until its context ends
+// (then sends the cause on canceled), with the API over a dispatcher on
+// its own connection (opts, such as a dialer that drops acknowledgements),
+// submits a call of it and waits until it runs.
+func startLong(t *testing.T, opts ...nats.Option) (f *fleet, c httpapi.Call, canceled chan error) {
+	ff := fleettest.New(t)
+	started := make(chan struct{}, 1)
+	canceled = make(chan error, 1)
+	ff.StartWorker(worker.Config{Heartbeat: 50 * time.Millisecond}, windlass.MustFunc("long", func(ctx context.Context, _ struct{}) (string, error) {
+		started <- struct{}{}
+		<-ctx.Done()
+		canceled <- context.Cause(ctx)
+		return "", context.Cause(ctx)
+	}))
+	nc := ff.NATS.Connect(t, opts...)
+	d := ff.Dispatcher(dispatcher.Config{Conn: nc})
+	fleettest.WaitCatalog(t, d, "long")
+	h, err := httpapi.New(httpapi.Config{Dispatcher: d, Conn: nc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	f = &fleet{Fleet: ff, t: t, d: d, h: h, srv: srv}
+	c = f.call(f.do("POST", "/v1/calls", `{"tool":"long","async":true,"timeout_ms":60000}`), http.StatusAccepted)
+	select {
+	case <-started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the call did not start")
+	}
+	return f, c, canceled
 }
