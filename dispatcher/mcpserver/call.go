@@ -136,7 +136,13 @@ func (h *Handler) call(ctx context.Context, req *mcp.CallToolRequest, t callTarg
 	if err := h.sessions.join(sessionID(req), w, user); err != nil {
 		return errorResult("", windlass.CodeCanceled, fmt.Sprintf("The call to %q was not made: %v.", t.name, err)), nil
 	}
-	defer h.sessions.leave(w)
+	defer func() {
+		if owed := h.sessions.leave(w); owed != "" {
+			// The last request for the call, refused or ended: the
+			// cancellation another left to it is done now.
+			h.cancelCall(ctx, h.cfg.Logger.With("call_id", id, "tool", t.name), id, owed)
+		}
+	}()
 
 	// Once begun, the submit is not given up when the client cancels the
 	// request (nor when its session ends): the fleet may have stored the
@@ -195,7 +201,7 @@ func (h *Handler) call(ctx context.Context, req *mcp.CallToolRequest, t callTarg
 		// The client is gone, or asked for its session to end: cancel the
 		// call in the fleet, unless a request of another session waits
 		// for it too (a retry of the same call id).
-		if !h.sessions.leave(w) {
+		if !h.sessions.leaveCanceling(w, ended.Error()) {
 			log.DebugContext(ctx, "mcpserver: session ended; another session waits for the call", "reason", ended.why)
 			return errorResult(id, windlass.CodeUnavailable, fmt.Sprintf("%v; the call goes on for another request waiting for it (call id %s).", ended, id)), nil
 		}
@@ -210,7 +216,7 @@ func (h *Handler) call(ctx context.Context, req *mcp.CallToolRequest, t callTarg
 		// The client canceled: cancel the call in the fleet, so that a
 		// queued call never runs and a running one stops — unless another
 		// request waits for it too (a retry of the same call id).
-		if !h.sessions.leave(w) {
+		if !h.sessions.leaveCanceling(w, "canceled by the MCP client") {
 			log.DebugContext(ctx, "mcpserver: request canceled; another request waits for the call")
 			return nil, ctx.Err()
 		}
@@ -226,7 +232,7 @@ func (h *Handler) call(ctx context.Context, req *mcp.CallToolRequest, t callTarg
 	case errors.Is(context.Cause(waitCtx), errPastTheBound):
 		// Canceled in the fleet, unless another request waits for the
 		// call too (it joined later: its bound passes later).
-		if !h.sessions.leave(w) {
+		if !h.sessions.leaveCanceling(w, "no result within the MCP server's bound") {
 			log.DebugContext(ctx, "mcpserver: no result within the bound; another request waits for the call")
 			return errorResult(id, windlass.CodeUnavailable, fmt.Sprintf(
 				"No result of the call to %q within %s; the call goes on for another request waiting for it (call id %s).", t.name, bound.Round(time.Second), id)), nil

@@ -45,8 +45,15 @@ type waiter struct {
 	callID  string
 	session *session // nil when the session is not tracked
 	cancel  context.CancelCauseFunc
-	counted bool // among the call's waiters (sessions.calls): its submit was accepted
+	counted bool // its submit was accepted: among the call's waiters (sessions.calls)
 	left    bool
+}
+
+// callWaits are the requests, of any session, for one call id.
+type callWaits struct {
+	accepted int    // waiting for the call: their submits were accepted
+	pending  int    // still submitting: each may join the call, or be refused
+	owed     string // why the last waiter to leave canceling left the call to the pending ones; "" none
 }
 
 // sessions tracks the handler's sessions and the calls they wait for.
@@ -57,13 +64,13 @@ type sessions struct {
 	mu       sync.Mutex
 	closed   bool
 	byID     map[string]*session
-	calls    map[string]int // call id -> its waiters whose submits were accepted, in all sessions
-	expiring sync.WaitGroup // expiries under way
+	calls    map[string]*callWaits // call id -> its waiters, in all sessions
+	expiring sync.WaitGroup        // expiries under way
 }
 
 func (ss *sessions) init(timeout time.Duration, onIdle func(*session, uint64)) {
 	ss.timeout, ss.onIdle = timeout, onIdle
-	ss.byID, ss.calls = map[string]*session{}, map[string]int{}
+	ss.byID, ss.calls = map[string]*session{}, map[string]*callWaits{}
 }
 
 // add records a new session, idle until its first request.
@@ -191,13 +198,21 @@ func (ss *sessions) join(id string, w *waiter, user string) error {
 		s.waiters[w] = struct{}{}
 		w.session = s
 	}
+	cw := ss.calls[w.callID]
+	if cw == nil {
+		cw = &callWaits{}
+		ss.calls[w.callID] = cw
+	}
+	cw.pending++
 	return nil
 }
 
-// accepted counts w among its call's waiters, once its submit was
-// accepted: a request whose submit is refused (another call has the id,
-// the tool has no worker) never waits for the call, and must not keep
-// another request's cancellation from canceling it.
+// accepted counts w among the waiters for its call once its submit was
+// accepted. Until then it is pending: a request whose submit is refused
+// (another call has the id, the tool has no worker) never waits for the
+// call, and must not keep another's cancellation from canceling it — nor
+// may a retry still submitting lose the call to it (see leaveCanceling).
+// An accepted request takes the call over from a cancellation left owed.
 func (ss *sessions) accepted(w *waiter) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
@@ -205,31 +220,65 @@ func (ss *sessions) accepted(w *waiter) {
 		return
 	}
 	w.counted = true
-	ss.calls[w.callID]++
+	cw := ss.calls[w.callID]
+	cw.pending--
+	cw.accepted++
+	cw.owed = ""
 }
 
-// leave ends w's wait. last reports that no other request, of any session,
-// waits for the same call (false for a request whose submit was not
-// accepted: it has no call).
-func (ss *sessions) leave(w *waiter) (last bool) {
+// leaveCanceling ends w's wait, which would cancel its call (the client
+// canceled, its session ended, its bound passed), and reports whether to
+// cancel it now: no other request waits for it. While another is still
+// submitting, the cancellation is owed: that request takes the call over
+// if its submit is accepted, and cancels it with why if refused (leave).
+func (ss *sessions) leaveCanceling(w *waiter, why string) (cancelNow bool) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if w.left {
 		return false
 	}
-	w.left = true
-	if w.session != nil {
-		delete(w.session.waiters, w)
-	}
-	if !w.counted {
+	cw := ss.leaveLocked(w)
+	switch {
+	case !w.counted || cw.accepted > 0:
 		return false
-	}
-	ss.calls[w.callID]--
-	if ss.calls[w.callID] > 0 {
+	case cw.pending > 0:
+		cw.owed = why
 		return false
 	}
 	delete(ss.calls, w.callID)
 	return true
+}
+
+// leave ends w's wait, whatever became of it. owed is the reason of a
+// cancellation owed to the call (see leaveCanceling) when w was the last
+// request for it: its caller cancels the call with it.
+func (ss *sessions) leave(w *waiter) (owed string) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if w.left {
+		return ""
+	}
+	cw := ss.leaveLocked(w)
+	if cw.accepted > 0 || cw.pending > 0 {
+		return ""
+	}
+	delete(ss.calls, w.callID)
+	return cw.owed
+}
+
+// leaveLocked takes w out of its session and of its call's count.
+func (ss *sessions) leaveLocked(w *waiter) *callWaits {
+	w.left = true
+	if w.session != nil {
+		delete(w.session.waiters, w)
+	}
+	cw := ss.calls[w.callID]
+	if w.counted {
+		cw.accepted--
+	} else {
+		cw.pending--
+	}
+	return cw
 }
 
 // close stops every idle timeout and waits for the expiries under way.
