@@ -34,6 +34,7 @@ type callOptions struct {
 	allowNoWorker bool
 	key           string
 	detached      bool // Submit: the caller does not wait for the answer here
+	newID         bool // id is one the caller generated for a new call (WithNewCallID)
 }
 
 // detached marks a call its caller does not wait for (see Submit).
@@ -41,7 +42,18 @@ func detached(o *callOptions) { o.detached = true }
 
 // WithCallID sets the call id, for instance the model's own tool-call id,
 // which makes a retried submit idempotent. Default: a new random id.
-func WithCallID(id string) CallOption { return func(o *callOptions) { o.id = id } }
+func WithCallID(id string) CallOption {
+	return func(o *callOptions) { o.id, o.newID = id, false }
+}
+
+// WithNewCallID sets the id of a new call that the caller generated
+// ([windlass.NewCallID]) to name the call before Submit or Call returns
+// (the MCP server announces it at once). Unlike [WithCallID] it names no
+// call submitted before: it is not looked up as a resubmit, and a refusal
+// is answered as for a call without an id.
+func WithNewCallID(id string) CallOption {
+	return func(o *callOptions) { o.id, o.newID = id, true }
+}
 
 // WithTimeout sets the call's deadline to now plus d.
 func WithTimeout(d time.Duration) CallOption { return func(o *callOptions) { o.timeout = d } }
@@ -143,7 +155,7 @@ func (d *Dispatcher) prepare(ctx context.Context, name string, args any, opts []
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if o.id == "" || windlass.ValidateCallID(o.id) != nil {
+	if o.id == "" || o.newID || windlass.ValidateCallID(o.id) != nil {
 		return nil, err
 	}
 	if again, cerr := d.resubmitted(ctx, name, args, o, err); again != nil || cerr != nil {
@@ -302,7 +314,7 @@ func (d *Dispatcher) prepareNew(ctx context.Context, name string, args any, opts
 		}
 		p.large = raw
 	}
-	p.call, p.subject, p.ownID, p.gated = call, subject, o.id != "", gated
+	p.call, p.subject, p.ownID, p.gated = call, subject, o.id != "" && !o.newID, gated
 	return p, nil
 }
 

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -148,8 +147,11 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if t, err := d.Tool(name); err == nil && needsApproval(t.Spec(), rawArgs) {
 		// A human decides first, which may take minutes: say so, with the
 		// id to approve, so that the wait is not silent.
-		id := cmp.Or(*callID, windlass.NewCallID())
-		opts = append(opts, dispatcher.WithCallID(id))
+		id := *callID
+		if id == "" {
+			id = windlass.NewCallID()
+			opts = append(opts, dispatcher.WithNewCallID(id)) // named now, to be approved; no call before it
+		}
 		stopTelling = tellApprovalWait(ctx, d, id, name, stderr)
 	}
 	r, err := d.Call(ctx, name, json.RawMessage(rawArgs), opts...)

@@ -81,30 +81,34 @@ const maxClientName = 256
 var errPastTheBound = errors.New("mcpserver: no result within the MCP server's bound")
 
 // requestedCallID is the call id a tools/call request asks for in its
-// _meta, or a new one; refusal is the answer to an invalid one.
-func requestedCallID(meta mcp.Meta) (id string, refusal *mcp.CallToolResult) {
+// _meta, or a new one; refusal is the answer to an invalid one. withID is
+// the option that gives the call its id: the client's own
+// (dispatcher.WithCallID: a retry of it is the same call), or a new one
+// (dispatcher.WithNewCallID).
+func requestedCallID(meta mcp.Meta) (id string, withID dispatcher.CallOption, refusal *mcp.CallToolResult) {
 	v, ok := meta[MetaCallID]
 	if !ok {
-		return windlass.NewCallID(), nil
+		id := windlass.NewCallID()
+		return id, dispatcher.WithNewCallID(id), nil
 	}
 	id, isString := v.(string)
 	if !isString {
 		got, _ := json.Marshal(v)
-		return "", errorResult("", windlass.CodeInvalidCall, fmt.Sprintf(
+		return "", nil, errorResult("", windlass.CodeInvalidCall, fmt.Sprintf(
 			"_meta[%q] must be a string: the call's id, 1 to %d printable ASCII characters without spaces, quotes or backslashes; got %s.",
 			MetaCallID, windlass.MaxCallIDLength, got))
 	}
 	if err := windlass.ValidateCallID(id); err != nil {
-		return "", errorResult("", windlass.CodeInvalidCall, fmt.Sprintf("_meta[%q]: %s.", MetaCallID, strings.TrimPrefix(err.Error(), "windlass: ")))
+		return "", nil, errorResult("", windlass.CodeInvalidCall, fmt.Sprintf("_meta[%q]: %s.", MetaCallID, strings.TrimPrefix(err.Error(), "windlass: ")))
 	}
-	return id, nil
+	return id, dispatcher.WithCallID(id), nil
 }
 
 // call runs one tools/call through the fleet: submit, then follow the
 // call's events until its result.
 func (h *Handler) call(ctx context.Context, req *mcp.CallToolRequest, t callTarget) (*mcp.CallToolResult, error) {
 	ctx = requestTrace(ctx, req)
-	id, refusal := requestedCallID(req.Params.Meta)
+	id, withID, refusal := requestedCallID(req.Params.Meta)
 	if refusal != nil {
 		return refusal, nil
 	}
@@ -158,7 +162,7 @@ func (h *Handler) call(ctx context.Context, req *mcp.CallToolRequest, t callTarg
 	stopOnClose := context.AfterFunc(h.base, stopSubmit)
 	defer stopOnClose()
 	// The caller's key for the fleet's limits: who the token says it is.
-	_, err := h.d.Submit(submitCtx, t.name, args, dispatcher.WithCallID(id), dispatcher.WithSpecHash(t.hash),
+	_, err := h.d.Submit(submitCtx, t.name, args, withID, dispatcher.WithSpecHash(t.hash),
 		dispatcher.WithDeadline(deadline), dispatcher.WithMetadata(meta), dispatcher.WithKey(user))
 	if err != nil {
 		var ce *windlass.CallError
