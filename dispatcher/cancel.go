@@ -93,7 +93,7 @@ func (d *Dispatcher) Cancel(ctx context.Context, callID, reason string) error {
 		nats.MsgIdHdr: []string{layout.CancelMsgID(callID)}, layout.HeaderProtocol: []string{protocolVersion},
 	}}); err != nil {
 		if errors.Is(err, errUnconfirmed) {
-			return fmt.Errorf("%w: cancel %q: the cancellation may be stored, unconfirmed: cancel again (the same cancellation): %w", ErrUnavailable, callID, err)
+			return fmt.Errorf("%w: cancel %q: the cancellation was sent and not confirmed, and may be stored: ask for the call's status, or cancel again, which is the same cancellation (a call it canceled meanwhile is finished, with its canceled result): %w", ErrUnavailable, callID, err)
 		}
 		return fmt.Errorf("dispatcher: cancel %q: record the cancellation: %w", callID, err)
 	}
