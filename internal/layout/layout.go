@@ -488,7 +488,7 @@ func ReleasesConfig(o StreamOptions) jetstream.KeyValueConfig {
 // EnsureReleases returns the release ledger's bucket, creating it when it
 // is missing (like [EnsureStreams], it never changes an existing one).
 func EnsureReleases(ctx context.Context, js jetstream.JetStream, o StreamOptions) (jetstream.KeyValue, error) {
-	return ensureBucket(ctx, js, ReleasesBucket,
+	return ensureBucket(ctx, js, ReleasesBucket, "KV_"+ReleasesBucket,
 		func(ctx context.Context) (jetstream.KeyValue, error) { return js.KeyValue(ctx, ReleasesBucket) },
 		func(ctx context.Context) (jetstream.KeyValue, error) {
 			return js.CreateKeyValue(ctx, ReleasesConfig(o))
@@ -498,7 +498,7 @@ func EnsureReleases(ctx context.Context, js jetstream.JetStream, o StreamOptions
 // ensureBucket opens a bucket, creating it when it is missing (and opening
 // it again when another process created it first), asking again like
 // EnsureStreams.
-func ensureBucket[B any](ctx context.Context, js jetstream.JetStream, name string, open, create func(context.Context) (B, error)) (B, error) {
+func ensureBucket[B any](ctx context.Context, js jetstream.JetStream, name, stream string, open, create func(context.Context) (B, error)) (B, error) {
 	b, err := retry.Value(ctx, ensurePolicy, func(ctx context.Context) (B, error) {
 		before := js.Conn().LastError()
 		b, err := open(ctx)
@@ -508,7 +508,7 @@ func ensureBucket[B any](ctx context.Context, js jetstream.JetStream, name strin
 				b, err = open(ctx) // another process created it first
 			}
 		}
-		return b, onlyTimeoutsAgain(ctx, deniedAPI(js, before, name, err))
+		return b, onlyTimeoutsAgain(ctx, deniedAPI(js, before, stream, err))
 	})
 	if err != nil {
 		return b, fmt.Errorf("layout: ensure bucket %s: %w", name, err)
@@ -553,7 +553,7 @@ func PayloadsConfig(o StreamOptions) jetstream.ObjectStoreConfig {
 // EnsurePayloads returns the payloads bucket, creating it when it is
 // missing (like [EnsureStreams], it never changes an existing one).
 func EnsurePayloads(ctx context.Context, js jetstream.JetStream, o StreamOptions) (jetstream.ObjectStore, error) {
-	return ensureBucket(ctx, js, PayloadsBucket,
+	return ensureBucket(ctx, js, PayloadsBucket, "OBJ_"+PayloadsBucket,
 		func(ctx context.Context) (jetstream.ObjectStore, error) { return js.ObjectStore(ctx, PayloadsBucket) },
 		func(ctx context.Context) (jetstream.ObjectStore, error) {
 			return js.CreateObjectStore(ctx, PayloadsConfig(o))
@@ -714,12 +714,13 @@ var ErrNotPermitted = errors.New("layout: not permitted")
 
 // deniedAPI is err, or ErrNotPermitted when err is a request timeout and,
 // during the attempt (the connection's last error was before), the server
-// refused this user a JetStream API request about the stream or bucket
-// name (its info or its creation): the server answers such a request with
-// nothing, so the client sees only the timeout, and asking again cannot
-// help. A refusal from before the attempt, or of another request, is not
-// this one's (a connection keeps its last error until it reconnects).
-func deniedAPI(js jetstream.JetStream, before error, name string, err error) error {
+// refused this user the request's own JetStream API subject: the info or
+// the creation of stream (a bucket's stream: KV_name, OBJ_name). The
+// server answers such a request with nothing, so the client sees only the
+// timeout, and asking again cannot help. A refusal from before the
+// attempt, or of another request (a connection keeps its last error until
+// it reconnects), is not this one's.
+func deniedAPI(js jetstream.JetStream, before error, stream string, err error) error {
 	if err == nil || !errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
@@ -727,8 +728,10 @@ func deniedAPI(js jetstream.JetStream, before error, name string, err error) err
 	if last == nil || last == before || !errors.Is(last, nats.ErrPermissionViolation) {
 		return err
 	}
-	if msg := last.Error(); strings.Contains(msg, "Publish to") && strings.Contains(msg, "$JS.API.STREAM.") && strings.Contains(msg, name) {
-		return retry.Permanent(fmt.Errorf("%w: this NATS user may not make the request (%w): %w", ErrNotPermitted, last, err))
+	for _, op := range []string{"INFO", "CREATE"} {
+		if strings.Contains(last.Error(), `Publish to "$JS.API.STREAM.`+op+"."+stream+`"`) {
+			return retry.Permanent(fmt.Errorf("%w: this NATS user may not make the request (%w): %w", ErrNotPermitted, last, err))
+		}
 	}
 	return err
 }
