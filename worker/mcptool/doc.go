@@ -30,7 +30,10 @@
 // remote tool says that changes nothing — its annotations mark it
 // read-only or idempotent — or when the server certainly did not take it:
 // the call's own request was never written to a connection (a refused
-// dial), or was answered 404 (the session unknown there) or 429.
+// dial, as net/http's own transport reports it: through a
+// Config.HTTPClient whose transport wraps or replaces it, any failure is
+// taken for "may have run"), or was answered 404 (the session unknown
+// there) or 429.
 // Otherwise its caller is told unavailable, that the call may have run,
 // and it is not sent again: a tool does not run twice because its answer
 // was lost on the way. (A worker lost mid-call still has its calls
