@@ -572,8 +572,9 @@ func EnsurePayloads(ctx context.Context, js jetstream.JetStream, o StreamOptions
 // to half a minute (ensurePolicy), while ctx lasts — for each stream in
 // turn; a placement that can never succeed (more replicas than servers)
 // looks the same as a cluster still forming, and fails after it with the
-// server's error. A request the server refuses this user fails at once
-// (ErrNotPermitted).
+// server's error. A stream this user may not read fails at once, and one
+// it may not create is waited for, for another role to create it
+// (ErrNotPermitted, should it never come).
 func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfgs ...jetstream.StreamConfig) error {
 	for _, cfg := range cfgs {
 		err := retry.Do(ctx, ensurePolicy, func(ctx context.Context) error {
@@ -712,14 +713,17 @@ func BoundCalls(ctx context.Context, js jetstream.JetStream, o StreamOptions) (*
 // times out.
 var ErrNotPermitted = errors.New("layout: not permitted")
 
-// deniedAPI is err, or ErrNotPermitted when err is a request timeout and,
-// during the attempt (the connection's last error was before), the server
-// refused this user the request's own JetStream API subject: the info or
-// the creation of stream (a bucket's stream: KV_name, OBJ_name). The
-// server answers such a request with nothing, so the client sees only the
-// timeout, and asking again cannot help. A refusal from before the
-// attempt, or of another request (a connection keeps its last error until
-// it reconnects), is not this one's.
+// deniedAPI is err, or err marked ErrNotPermitted when it is a request
+// timeout and, during the attempt (the connection's last error was
+// before), the server refused this user the request's own JetStream API
+// subject (the server answers such a request with nothing, so the client
+// sees only the timeout). A refused info request ends the ensure: asking
+// again cannot help. A refused creation does not: a user that may not
+// create the stream (a worker, deploy/nats/accounts.conf) waits, asking
+// again, for the role that may (the approval service) to create it, and
+// ends, if it never comes, with the permission named. A refusal from
+// before the attempt, or of another request (a connection keeps its last
+// error until it reconnects), is not this one's.
 func deniedAPI(js jetstream.JetStream, before error, stream string, err error) error {
 	if err == nil || !errors.Is(err, context.DeadlineExceeded) {
 		return err
@@ -728,10 +732,11 @@ func deniedAPI(js jetstream.JetStream, before error, stream string, err error) e
 	if last == nil || last == before || !errors.Is(last, nats.ErrPermissionViolation) {
 		return err
 	}
-	for _, op := range []string{"INFO", "CREATE"} {
-		if strings.Contains(last.Error(), `Publish to "$JS.API.STREAM.`+op+"."+stream+`"`) {
-			return retry.Permanent(fmt.Errorf("%w: this NATS user may not make the request (%w): %w", ErrNotPermitted, last, err))
-		}
+	switch msg := last.Error(); {
+	case strings.Contains(msg, `Publish to "$JS.API.STREAM.INFO.`+stream+`"`):
+		return retry.Permanent(fmt.Errorf("%w: this NATS user may not read it (%w): %w", ErrNotPermitted, last, err))
+	case strings.Contains(msg, `Publish to "$JS.API.STREAM.CREATE.`+stream+`"`):
+		return fmt.Errorf("%w: this NATS user may not create it, and no role that may has (%w): %w", ErrNotPermitted, last, err)
 	}
 	return err
 }
