@@ -189,8 +189,7 @@ func (d *Dispatcher) resubmitted(ctx context.Context, name string, args any, o c
 	if err != nil {
 		return nil, nil
 	}
-	k, err := retry.Value(ctx, retry.Policy{Initial: 10 * time.Millisecond, Max: 200 * time.Millisecond, For: queuedGrace},
-		func(ctx context.Context) (known, error) { return d.find(ctx, o.id) })
+	k, err := retry.Value(ctx, recordReadPolicy, func(ctx context.Context) (known, error) { return d.find(ctx, o.id) })
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, &windlass.CallError{Code: windlass.CodeUnavailable, Message: fmt.Sprintf(
 			"Call id %q may name a call the fleet accepted before, and whether it does could not be read (%v); as the fleet is now, a new call would be refused: %v. Ask for the call's status, or submit it again later.",

@@ -156,7 +156,7 @@ func (d *Dispatcher) storedResult(ctx context.Context, callID string) (windlass.
 // then the calls stream's duplicate window is what remains to catch a
 // resubmit.
 func (d *Dispatcher) recordOf(ctx context.Context, callID string, due bool) (callRecord, bool) {
-	k, err := retry.Value(ctx, retry.Policy{Initial: 10 * time.Millisecond, Max: 200 * time.Millisecond, For: queuedGrace}, func(ctx context.Context) (known, error) {
+	k, err := retry.Value(ctx, recordReadPolicy, func(ctx context.Context) (known, error) {
 		k, err := d.find(ctx, callID)
 		switch {
 		case err != nil:
@@ -171,6 +171,10 @@ func (d *Dispatcher) recordOf(ctx context.Context, callID string, due bool) (cal
 	}
 	return k.rec, err == nil && k.found
 }
+
+// recordReadPolicy is how a look-up of a call's record asks again when the
+// streams cannot be read: briefly, for up to queuedGrace.
+var recordReadPolicy = retry.Policy{Initial: 10 * time.Millisecond, Max: 200 * time.Millisecond, For: queuedGrace}
 
 // errNotYet is recordOf's "no record yet; look again".
 var errNotYet = errors.New("dispatcher: no record of the call yet")

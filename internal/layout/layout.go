@@ -694,7 +694,7 @@ func BoundCalls(ctx context.Context, js jetstream.JetStream, o StreamOptions) (*
 		change = &CallsBound{FromMaxMsgs: cur.MaxMsgs, ToMaxMsgs: want, FromDiscard: cur.Discard, ToDiscard: jetstream.DiscardNew}
 		cur.MaxMsgs, cur.Discard = want, jetstream.DiscardNew
 		_, err = js.UpdateStream(ctx, cur)
-		if errors.Is(err, context.DeadlineExceeded) && deniedPublish(js.Conn(), "STREAM.UPDATE."+CallsStream) {
+		if errors.Is(err, context.DeadlineExceeded) && refusedPublish(js.Conn().LastError(), "$JS.API.STREAM.UPDATE."+CallsStream) {
 			// The server refused the request rather than not answering
 			// it: asking again waits as long for the same refusal.
 			return retry.Permanent(fmt.Errorf("%w: this NATS user may not update the stream (%w)", ErrNotPermitted, js.Conn().LastError()))
@@ -729,24 +729,22 @@ func deniedAPI(js jetstream.JetStream, before error, stream string, err error) e
 		return err
 	}
 	last := js.Conn().LastError()
-	if last == nil || last == before || !errors.Is(last, nats.ErrPermissionViolation) {
+	if last == before {
 		return err
 	}
-	switch msg := last.Error(); {
-	case strings.Contains(msg, `Publish to "$JS.API.STREAM.INFO.`+stream+`"`):
+	switch {
+	case refusedPublish(last, "$JS.API.STREAM.INFO."+stream):
 		return retry.Permanent(fmt.Errorf("%w: this NATS user may not read it (%w): %w", ErrNotPermitted, last, err))
-	case strings.Contains(msg, `Publish to "$JS.API.STREAM.CREATE.`+stream+`"`):
+	case refusedPublish(last, "$JS.API.STREAM.CREATE."+stream):
 		return fmt.Errorf("%w: this NATS user may not create it, and no role that may has (%w): %w", ErrNotPermitted, last, err)
 	}
 	return err
 }
 
-// deniedPublish reports whether the last error the server sent nc is a
-// permissions violation of a publish to a subject containing subject: why
-// a request to it timed out.
-func deniedPublish(nc *nats.Conn, subject string) bool {
-	err := nc.LastError()
-	return errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), "Publish to") && strings.Contains(err.Error(), subject)
+// refusedPublish reports whether err is the server's permissions
+// violation of a publish to subject: why a request to it timed out.
+func refusedPublish(err error, subject string) bool {
+	return errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), `Publish to "`+subject+`"`)
 }
 
 // boundHolds reports whether a calls stream configured as cur has the
