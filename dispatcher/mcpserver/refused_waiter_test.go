@@ -79,11 +79,7 @@ func TestARefusedRequestDoesNotAbsorbACancellation(t *testing.T) {
 		}
 	}, windlass.WithTimeout(10*time.Minute))
 	f.startWorker(worker.Config{}, work)
-	gate := &gateTP{entered: make(chan struct{}), release: make(chan struct{})}
-	d := f.Dispatcher(dispatcher.Config{TracerProvider: gate})
-	logs := newLogRecorder()
-	defer logs.dumpIfFailed(t)
-	url := serve(t, mcpserver.Config{Dispatcher: d, Logger: slog.New(logs)})
+	gate, d, logs, url := serveGated(t, f)
 
 	const id = "toolu_orphan_1"
 	ctxA, cancelA := context.WithCancel(t.Context())
@@ -121,4 +117,14 @@ func TestARefusedRequestDoesNotAbsorbACancellation(t *testing.T) {
 	if st.State != dispatcher.StateFinished || st.Result.Code() != windlass.CodeCanceled {
 		t.Errorf("call X after its client canceled and the only other request was refused: state %s; want canceled — no request waits for it, and it runs on", st.State)
 	}
+}
+
+// serveGated serves an MCP server over a dispatcher of f whose submits the
+// returned gate can hold (gateTP), with its logs recorded.
+func serveGated(t *testing.T, f *fleet) (gate *gateTP, d *dispatcher.Dispatcher, logs *logRecorder, url string) {
+	gate = &gateTP{entered: make(chan struct{}), release: make(chan struct{})}
+	d = f.Dispatcher(dispatcher.Config{TracerProvider: gate})
+	logs = newLogRecorder()
+	t.Cleanup(func() { logs.dumpIfFailed(t) })
+	return gate, d, logs, serve(t, mcpserver.Config{Dispatcher: d, Logger: slog.New(logs)})
 }

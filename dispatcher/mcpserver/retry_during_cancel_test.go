@@ -2,7 +2,6 @@ package mcpserver_test
 
 import (
 	"context"
-	"log/slog"
 	"net/http"
 	"testing"
 	"time"
@@ -43,11 +42,7 @@ func TestARetryInItsSubmitIsNotCanceledByAnotherClient(t *testing.T) {
 		}
 	}, windlass.WithTimeout(10*time.Minute))
 	f.startWorker(worker.Config{}, work)
-	gate := &gateTP{entered: make(chan struct{}), release: make(chan struct{})}
-	d := f.Dispatcher(dispatcher.Config{TracerProvider: gate})
-	logs := newLogRecorder()
-	defer logs.dumpIfFailed(t)
-	url := serve(t, mcpserver.Config{Dispatcher: d, Logger: slog.New(logs)})
+	gate, d, logs, url := serveGated(t, f)
 
 	const id = "toolu_retry_1"
 	ctxA, cancelA := context.WithCancel(t.Context())
@@ -103,11 +98,7 @@ func TestASessionDeletedDuringTheSubmitCancelsTheCall(t *testing.T) {
 		}
 	}, windlass.WithTimeout(10*time.Minute))
 	f.startWorker(worker.Config{}, work)
-	gate := &gateTP{entered: make(chan struct{}), release: make(chan struct{})}
-	d := f.Dispatcher(dispatcher.Config{TracerProvider: gate})
-	logs := newLogRecorder()
-	defer logs.dumpIfFailed(t)
-	url := serve(t, mcpserver.Config{Dispatcher: d, Logger: slog.New(logs)})
+	gate, d, logs, url := serveGated(t, f)
 
 	const id = "toolu_deleted_in_submit"
 	cs := connect(t, url, nil)
