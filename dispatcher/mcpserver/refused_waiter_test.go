@@ -123,8 +123,15 @@ func TestARefusedRequestDoesNotAbsorbACancellation(t *testing.T) {
 // returned gate can hold (gateTP), with its logs recorded.
 func serveGated(t *testing.T, f *fleet) (gate *gateTP, d *dispatcher.Dispatcher, logs *logRecorder, url string) {
 	gate = &gateTP{entered: make(chan struct{}), release: make(chan struct{})}
-	d = f.Dispatcher(dispatcher.Config{TracerProvider: gate})
+	d, logs, url = serveLogged(t, f, dispatcher.Config{TracerProvider: gate})
+	return gate, d, logs, url
+}
+
+// serveLogged serves an MCP server over a dispatcher of f configured as
+// cfg, with its logs recorded (and printed if the test fails).
+func serveLogged(t *testing.T, f *fleet, cfg dispatcher.Config) (d *dispatcher.Dispatcher, logs *logRecorder, url string) {
+	d = f.Dispatcher(cfg)
 	logs = newLogRecorder()
 	t.Cleanup(func() { logs.dumpIfFailed(t) })
-	return gate, d, logs, serve(t, mcpserver.Config{Dispatcher: d, Logger: slog.New(logs)})
+	return d, logs, serve(t, mcpserver.Config{Dispatcher: d, Logger: slog.New(logs)})
 }

@@ -28,10 +28,7 @@ func TestCancelByOneWaiterLeavesTheCallToAnother(t *testing.T) {
 	f := newFleet(t)
 	b := newBlockTool()
 	f.startWorker(worker.Config{}, b.tool("block"))
-	d := f.Dispatcher(dispatcher.Config{})
-	logs := newLogRecorder()
-	defer logs.dumpIfFailed(t)
-	url := serve(t, mcpserver.Config{Dispatcher: d, Logger: slog.New(logs)})
+	_, logs, url := serveLogged(t, f, dispatcher.Config{})
 
 	const id = "toolu_shared_1"
 	first := connect(t, url, nil)

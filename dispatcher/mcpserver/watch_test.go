@@ -1,7 +1,6 @@
 package mcpserver_test
 
 import (
-	"log/slog"
 	"strings"
 	"testing"
 
@@ -27,10 +26,7 @@ func TestAWatchErrorIsUnavailableAndTheCallGoesOn(t *testing.T) {
 	f := newFleet(t)
 	b := newBlockTool()
 	f.startWorker(worker.Config{}, b.tool("block"))
-	d := f.Dispatcher(dispatcher.Config{})
-	logs := newLogRecorder()
-	defer logs.dumpIfFailed(t)
-	url := serve(t, mcpserver.Config{Dispatcher: d, Logger: slog.New(logs)})
+	d, _, url := serveLogged(t, f, dispatcher.Config{})
 	cs := connect(t, url, nil)
 
 	js := f.JetStream()
