@@ -29,9 +29,8 @@ import (
 // stored the message is left as it is: JetStream redelivers it after the
 // ack wait, and the redelivery settles it.
 func (w *Worker) apply(d *delivery, o outcome) {
-	ctx, log := d.ctx, d.log
 	if o.note != "" {
-		log.Log(ctx, o.level, o.note, o.attrs...)
+		d.logger().Log(d.ctx, o.level, o.note, o.attrs...)
 	}
 	switch {
 	case o.verb == verbDrop:
@@ -60,7 +59,7 @@ func (w *Worker) conclude(d *delivery, o outcome) {
 	}
 	d.forget(w) // before settling: a redelivery it causes is a new delivery
 	if err := settleMessage(d.msg, o); err != nil {
-		d.log.WarnContext(d.ctx, "worker: settling the call's message failed; it is redelivered after the ack wait", "verb", o.verb, "error", err)
+		d.logger().WarnContext(d.ctx, "worker: settling the call's message failed; it is redelivered after the ack wait", "verb", o.verb, "error", err)
 	}
 	d.end(w)
 }
@@ -106,7 +105,7 @@ func (s *stats) add(c counter) {
 func (w *Worker) countAnswer(d *delivery, asked, sent windlass.ToolResult, duplicate bool) {
 	ctx := d.ctx
 	if sent.Code() == windlass.CodeResultTooLarge && asked.Code() != windlass.CodeResultTooLarge {
-		d.log.WarnContext(ctx, "worker: the tool's result is over its limit; answered result_too_large", "error", sent.Content)
+		d.logger().WarnContext(ctx, "worker: the tool's result is over its limit; answered result_too_large", "error", sent.Content)
 	}
 	if duplicate {
 		w.stats.duplicateResults.Add(1)
@@ -135,7 +134,7 @@ func (w *Worker) mayBeStored(d *delivery, sent windlass.ToolResult) bool {
 	defer cancel()
 	stored, ok, err := w.storedResult(ctx, d.call.ID)
 	if err != nil || !ok {
-		d.log.DebugContext(ctx, "worker: the stored answer cannot be read; taking it for this one", "found", ok, "error", err)
+		d.logger().DebugContext(ctx, "worker: the stored answer cannot be read; taking it for this one", "found", ok, "error", err)
 		return true
 	}
 	return stored.Worker == sent.Worker && stored.Attempt == sent.Attempt && stored.StartedAt.Equal(sent.StartedAt) &&
@@ -241,7 +240,7 @@ func (w *Worker) publishDurably(ctx context.Context, m *nats.Msg) (*jetstream.Pu
 // recordDead stores a dead call durably (deduplicated by call id). It
 // reports false, having logged why, when it could not.
 func (w *Worker) recordDead(d *delivery, cause windlass.CallError, deliveries int) bool {
-	ctx, log, call := d.ctx, d.log, d.call
+	ctx, log, call := d.ctx, d.logger(), d.call
 	call.Attempt = 0 // the replay starts afresh
 	if d.argsRef != nil {
 		// Arguments by reference stay there (as long as the bucket keeps
@@ -285,7 +284,7 @@ func (w *Worker) recordDead(d *delivery, cause windlass.CallError, deliveries in
 // result); the message is terminated whether or not it could be stored, so
 // a flood of forgeries is not redelivered.
 func (w *Worker) recordRefusal(d *delivery, reason release.Reason, detail string) {
-	ctx, log, msg := d.ctx, d.log, d.msg
+	ctx, log, msg := d.ctx, d.logger(), d.msg
 	if reason == "" {
 		reason = release.ReasonMalformed
 	}

@@ -97,7 +97,7 @@ func (w *Worker) admitGated(d *delivery) (outcome, bool) {
 		d.origin = rel.Origin
 	}
 	d.released = true
-	d.log.DebugContext(d.ctx, "worker: release verified", "approved_by", rel.ApprovedBy, "first_use", fresh)
+	d.logger().DebugContext(d.ctx, "worker: release verified", "approved_by", rel.ApprovedBy, "first_use", fresh)
 	return outcome{}, false
 }
 
@@ -168,7 +168,7 @@ func (w *Worker) untilAnswered(d *delivery, until time.Time, what string, ask fu
 	if err == nil || errors.Is(err, release.ErrInvalid) {
 		return err // the usual case
 	}
-	d.log.WarnContext(d.ctx, "worker: "+what+"; asking again", "error", err)
+	d.logger().WarnContext(d.ctx, "worker: "+what+"; asking again", "error", err)
 	ctx, cancel := d.ctx, context.CancelFunc(func() {})
 	if !until.IsZero() {
 		ctx, cancel = context.WithDeadline(d.ctx, until)

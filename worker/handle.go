@@ -96,7 +96,7 @@ func (w *Worker) handle(ctx, stopped context.Context, msg jetstream.Msg, t *regi
 // rate first waits for its turn on a goroutine of its own (see awaitTurn),
 // so it holds no handler either.
 func (w *Worker) process(ctx, stopped context.Context, msg jetstream.Msg, t *registered, log *slog.Logger, free, done func()) {
-	d := &delivery{ctx: ctx, stopped: stopped, msg: msg, t: t, log: log, origin: msg.Headers().Get(layout.HeaderOrigin), free: free, done: done}
+	d := &delivery{ctx: ctx, stopped: stopped, msg: msg, t: t, baseLog: log, origin: msg.Headers().Get(layout.HeaderOrigin), free: free, done: done}
 	o, run := w.intake(d)
 	if !run {
 		w.apply(d, o)
@@ -148,10 +148,12 @@ func (c *running) finish(result windlass.ToolResult) {
 	if c.metered != nil {
 		c.metered(result)
 	}
-	if d.log.Enabled(d.ctx, slog.LevelDebug) {
-		d.log.DebugContext(d.ctx, "worker: call ran", "outcome", telemetry.OutcomeOf(result), "duration_ms", result.DurationMS)
+	if d.baseLog.Enabled(d.ctx, slog.LevelDebug) {
+		d.logger().DebugContext(d.ctx, "worker: call ran", "outcome", telemetry.OutcomeOf(result), "duration_ms", result.DurationMS)
 	}
-	logPanic(d.ctx, d.log, result)
+	if result.Panic() != nil {
+		logPanic(d.ctx, d.logger(), result)
+	}
 	result.Worker = w.cfg.ID
 	result.Attempt = d.call.Attempt
 	if result.Code() != windlass.CodeInvalidArguments {

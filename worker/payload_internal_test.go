@@ -37,7 +37,7 @@ func TestResultInlineLimitEdge(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.payloads = payload.New(obs, nc)
-	d := &delivery{ctx: context.Background(), t: &registered{}, log: slog.New(slog.DiscardHandler), origin: "d1"}
+	d := &delivery{ctx: context.Background(), t: &registered{}, baseLog: slog.New(slog.DiscardHandler), origin: "d1"}
 	value := `{"rows":["` + strings.Repeat("r", 5000) + `"]}`
 	result := windlass.ToolResult{CallID: "edge", Name: "rows", Content: value, Data: []byte(value), DurationMS: 1.5}
 

@@ -37,12 +37,11 @@ const maxOutstanding = 1024
 
 // answering is one answer on its way to the results stream.
 type answering struct {
-	d     *delivery
-	o     outcome
-	asked windlass.ToolResult // what the outcome answers
-	sent  windlass.ToolResult // what m holds: asked, or its result_too_large
-	m     *nats.Msg
-	fut   jetstream.PubAckFuture
+	d    *delivery
+	o    outcome             // o.answer is what the outcome answers
+	sent windlass.ToolResult // what m holds: o.answer, or its result_too_large
+	m    *nats.Msg
+	fut  jetstream.PubAckFuture
 }
 
 // newResultPipe starts a worker's result pipe; close stops it once every
@@ -83,10 +82,10 @@ func (p *resultPipe) close() {
 // is stored. The call's slot is freed once the answer is on its way: its
 // tool is done.
 func (p *resultPipe) send(d *delivery, o outcome) {
-	a := &answering{d: d, o: o, asked: o.answer}
+	a := &answering{d: d, o: o}
 	var err error
 	if a.sent, a.m, err = p.w.resultMessage(d, o.answer); err != nil {
-		d.log.ErrorContext(d.ctx, "worker: could not prepare the result's message; leaving the call for redelivery", "error", err)
+		d.logger().ErrorContext(d.ctx, "worker: could not prepare the result's message; leaving the call for redelivery", "error", err)
 		d.end(p.w)
 		return
 	}
@@ -127,7 +126,7 @@ func (p *resultPipe) again(a *answering) {
 		ack, err = p.w.publishDurably(a.d.ctx, a.m)
 	}
 	if err != nil {
-		a.d.log.ErrorContext(a.d.ctx, "worker: could not publish the result; leaving the call for redelivery", "error", err)
+		a.d.logger().ErrorContext(a.d.ctx, "worker: could not publish the result; leaving the call for redelivery", "error", err)
 		<-p.room
 		a.d.end(p.w)
 		return
@@ -142,7 +141,7 @@ func (p *resultPipe) stored(a *answering, ack *jetstream.PubAck, republished boo
 	<-p.room
 	p.w.freeSlotOf(a.d)
 	duplicate := ack.Duplicate && !(republished && p.w.mayBeStored(a.d, a.sent))
-	p.w.countAnswer(a.d, a.asked, a.sent, duplicate)
+	p.w.countAnswer(a.d, a.o.answer, a.sent, duplicate)
 	p.w.conclude(a.d, a.o)
 }
 
@@ -156,7 +155,7 @@ func (a *answering) shrink(w *Worker, err error) bool {
 	}
 	a.sent, a.m.Data = w.tooLarge(a.sent, len(a.m.Data), w.cfg.JetStream.Conn().MaxPayload())
 	if _, signed := a.m.Header[layout.HeaderReceipt]; signed {
-		w.signReceipt(a.d, a.m, a.asked.StartedAt) // over the new body
+		w.signReceipt(a.d, a.m, a.o.answer.StartedAt) // over the new body
 	}
 	return true
 }

@@ -65,7 +65,7 @@ func (w *Worker) turn(d *delivery) (outcome, bool) {
 		switch {
 		case err == nil && wait == 0:
 			if failures > 0 {
-				d.log.InfoContext(d.ctx, "worker: the execution rate answers again; the call starts", "failures", failures)
+				d.logger().InfoContext(d.ctx, "worker: the execution rate answers again; the call starts", "failures", failures)
 			}
 			return outcome{}, true
 		case err == nil:
@@ -132,6 +132,6 @@ func (w *Worker) warnRateUnread(d *delivery, err error, failures int) {
 	if now-last >= int64(rateWarnEvery) && d.t.rateWarned.CompareAndSwap(last, now) {
 		level = slog.LevelWarn
 	}
-	d.log.Log(d.ctx, level, "worker: the tool's execution rate cannot be read from Redis; its calls wait queued until it can (fail closed)",
+	d.logger().Log(d.ctx, level, "worker: the tool's execution rate cannot be read from Redis; its calls wait queued until it can (fail closed)",
 		"rate", d.t.cfg.rate.String(), "failures", failures, "error", err)
 }

@@ -59,7 +59,7 @@ func (w *Worker) signReceipt(d *delivery, m *nats.Msg, started time.Time) {
 	}
 	h, err := receipt.Encode(w.signer.Sign(r))
 	if err != nil { // a Receipt always encodes
-		d.log.ErrorContext(d.ctx, "worker: could not encode the receipt; answering without it", "error", err)
+		d.logger().ErrorContext(d.ctx, "worker: could not encode the receipt; answering without it", "error", err)
 		return
 	}
 	m.Header[layout.HeaderReceipt] = []string{h}

@@ -759,7 +759,7 @@ func (p *puller) fetch(n int) error {
 func (p *puller) take(msg jetstream.Msg) {
 	w := p.w
 	if p.ctx.Err() != nil {
-		d := &delivery{ctx: p.runCtx, msg: msg, t: p.t, log: p.log, free: p.release, done: func() {}}
+		d := &delivery{ctx: p.runCtx, msg: msg, t: p.t, baseLog: p.log, free: p.release, done: func() {}}
 		o := outcome{verb: verbRequeue, count: countRequeued}
 		if meta, err := msg.Metadata(); err == nil && w.held.held(keyOf(msg, meta), meta.NumDelivered) {
 			// A redelivery of a call still running here: handed back, it
