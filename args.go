@@ -72,8 +72,16 @@ func (a *ArgumentsSchema) Validate(args json.RawMessage) error {
 	if noArguments(args) {
 		args = json.RawMessage("{}")
 	}
-	if a.quick != nil && a.quick.SurelyValid(args) {
-		return nil // valid for sure, seen without decoding
+	if a.quick != nil {
+		switch valid, values := a.quick.SurelyValid(args); {
+		case valid && values <= MaxArgumentValues:
+			return nil // valid for sure, seen without decoding
+		case valid:
+			return a.refuseValues()
+		}
+	}
+	if _, over := argcheck.Values(args, MaxArgumentValues); over {
+		return a.refuseValues() // before decoding them
 	}
 	// The decoded value may share args' memory (argcheck.Decode); nothing
 	// built from it outlives this call but new strings.
@@ -85,6 +93,13 @@ func (a *ArgumentsSchema) Validate(args json.RawMessage) error {
 		}
 	}
 	return a.validateValue(v)
+}
+
+// refuseValues is the refusal of arguments of more than
+// MaxArgumentValues values.
+func (a *ArgumentsSchema) refuseValues() *ArgumentError {
+	return a.refuse("$", "values", fmt.Sprintf(
+		"arguments hold more than %d JSON values (each number, string, boolean, null, array and object counts one)", MaxArgumentValues))
 }
 
 // validateValue checks decoded arguments, as the library's decoder gives
@@ -192,6 +207,15 @@ const (
 	MaxNumberLength   = 100
 	MaxNumberExponent = 400
 )
+
+// MaxArgumentValues bounds the JSON values in arguments (each number,
+// string, boolean, null, array and object counts one; an object's keys do
+// not): [ArgumentsSchema.Validate] refuses more (rule "values") before
+// decoding them. Decoded for the schema, each small value costs tens of
+// bytes: without the bound, arguments of a 16 MiB array of zeros grew a
+// dispatcher's heap by about 600 MiB. A model writes far fewer; data of
+// more values goes as one string (a CSV, a base64 blob) or a reference.
+const MaxArgumentValues = 100_000
 
 // numberBounds are MaxNumberLength and MaxNumberExponent for package
 // argcheck.

@@ -75,3 +75,48 @@ func TestHostileArguments(t *testing.T) {
 
 // nested returns n levels of JSON arrays, [[[…]]].
 func nested(n int) string { return strings.Repeat("[", n) + strings.Repeat("]", n) }
+
+// TestArgumentsOfTooManyValues: arguments of more than MaxArgumentValues
+// JSON values are refused (rule "values") before anything decodes them —
+// a 16 MiB array of zeros, against a schema that makes the library decode
+// it, used to grow the heap by about 600 MiB on its way to a refusal; now
+// it is refused with a handful of allocations. Exactly the bound passes.
+func TestArgumentsOfTooManyValues(t *testing.T) {
+	xs := map[string]any{"xs": map[string]any{"type": "array", "items": map[string]any{"type": "integer"}}}
+	zeros := func(n int) []byte { // an object and its array: n+2 values
+		return []byte(`{"xs":[` + strings.TrimSuffix(strings.Repeat("0,", n), ",") + `]}`)
+	}
+	huge := zeros(8<<20 - 4) // 16 MiB
+	for _, tt := range []struct {
+		name   string
+		params map[string]any
+	}{
+		{"quick check", map[string]any{"type": "object", "properties": xs}},
+		// not: a keyword the quick check does not know, so every call is
+		// decoded for the library.
+		{"decoded", map[string]any{"type": "object", "properties": xs, "not": map[string]any{"required": []any{"forbidden"}}}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			schema, err := windlass.CompileArguments(windlass.Spec{Name: "sum", Parameters: tt.params})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := schema.Validate(zeros(windlass.MaxArgumentValues - 2)); err != nil {
+				t.Fatalf("%d values: %v, want valid", windlass.MaxArgumentValues, err)
+			}
+			err = schema.Validate(zeros(windlass.MaxArgumentValues - 1))
+			var ae *windlass.ArgumentError
+			if !errors.As(err, &ae) || ae.Path != "$" || ae.Rule != "values" || !strings.Contains(ae.Message, "more than 100000 JSON values") {
+				t.Fatalf("%d values: %v, want rule values at $", windlass.MaxArgumentValues+1, err)
+			}
+			allocs := testing.AllocsPerRun(3, func() {
+				if err := schema.Validate(huge); !errors.As(err, &ae) || ae.Rule != "values" {
+					t.Fatalf("16 MiB of zeros: %v, want rule values", err)
+				}
+			})
+			if allocs > 20 {
+				t.Errorf("refusing 16 MiB of zeros took %v allocations: the arguments were decoded", allocs)
+			}
+		})
+	}
+}

@@ -89,7 +89,10 @@ func FuzzQuickCheckAgrees(f *testing.F) {
 		v, ok := Decode(data)
 		out := ok && outOfRange(v)
 		for _, p := range pairs {
-			if p.quick.SurelyValid(data) {
+			if valid, values := p.quick.SurelyValid(data); valid {
+				if all, _ := Values(data, len(data)); values != all {
+					t.Fatalf("quick check of %s counted %d values, Values %d", data, values, all)
+				}
 				if _, object := v.(map[string]any); !ok || !object || !json.Valid(data) || out {
 					t.Fatalf("quick check accepted %s, which Validate refuses before any schema (decoded %v, object %v, a number out of range %v)", data, ok, object, out)
 				}
@@ -126,7 +129,7 @@ func TestQuickCheckAnswers(t *testing.T) {
 		{`{"a":0,"i":-0.00000015}`, true},
 		{`{"a":0,"i":-0.000000150001}`, false},
 	} {
-		if got := q.SurelyValid([]byte(c.args)); got != c.want {
+		if got, _ := q.SurelyValid([]byte(c.args)); got != c.want {
 			t.Errorf("quick check of the JSON %s = %v, want %v", c.args, got, c.want)
 		}
 	}
@@ -149,7 +152,7 @@ func TestQuickCheckAnswers(t *testing.T) {
 		`{"a":1,"f":` + strings.Repeat("[", maxDepth) + strings.Repeat("]", maxDepth) + `}`:     true,
 		`{"a":1,"f":` + strings.Repeat("[", maxDepth+1) + strings.Repeat("]", maxDepth+1) + `}`: false, // too deep: the decoders decide
 	} {
-		if got := q.SurelyValid([]byte(args)); got != want {
+		if got, _ := q.SurelyValid([]byte(args)); got != want {
 			t.Errorf("quick check of the JSON %q = %v, want %v", args, got, want)
 		}
 	}

@@ -12,15 +12,18 @@ import (
 // reports whether they are valid for sure: a JSON object, its numbers
 // within q's NumberBounds, that the schema accepts. A string with escapes,
 // a duplicate of a required key, nesting past maxDepth and anything else
-// it is not sure of give false, and Validate asks the library.
-func (q *Schema) SurelyValid(data []byte) bool {
+// it is not sure of give false, and Validate asks the library. values
+// counts the JSON values it read, as [Values] does: all of them when
+// valid, so that Validate need not read valid arguments twice to bound
+// them.
+func (q *Schema) SurelyValid(data []byte) (valid bool, values int) {
 	s := scanner{decoder: decoder{data: data}, numbers: q.numbers}
 	s.space()
 	if !s.at('{') || !s.value(q, 0) {
-		return false
+		return false, s.values
 	}
 	s.space()
-	return s.i == len(data)
+	return s.i == len(data), s.values
 }
 
 // scanner walks JSON for SurelyValid, with the decoder's reading of space
@@ -28,6 +31,7 @@ func (q *Schema) SurelyValid(data []byte) bool {
 type scanner struct {
 	decoder
 	numbers NumberBounds
+	values  int // read so far
 }
 
 // value checks the value at s.i against q (nil: any value) and moves past
@@ -39,6 +43,7 @@ func (s *scanner) value(q *Schema, depth int) bool {
 	if s.i >= len(s.data) || depth > maxDepth {
 		return false
 	}
+	s.values++
 	q, ok := q.effective()
 	if !ok {
 		return false
