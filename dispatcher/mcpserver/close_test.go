@@ -297,3 +297,39 @@ func (c *rawClient) post(body string) (int, string, error) {
 	}
 	return resp.StatusCode, string(bytes.TrimSpace(b)), err
 }
+
+// A closed handler takes no new request: an initialize, a tools/call of
+// a session opened before, a DELETE are answered 503 with Retry-After
+// (another replica will take them), and nothing is submitted. Before, an
+// initialize after Close opened a session nothing would ever close, and
+// a tools/call reached the fleet through a handler whose waits had ended.
+func TestAClosedHandlerTakesNoNewRequest(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t)
+	b := newBlockTool()
+	f.startWorker(worker.Config{}, b.tool("block"))
+	d := f.Dispatcher(dispatcher.Config{})
+	h, url := serveHandler(t, mcpserver.Config{Dispatcher: d})
+	c := &rawClient{url: url}
+	if code, body, err := c.post(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}`); err != nil || code != http.StatusOK {
+		t.Fatalf("initialize: %d %s %v", code, body, err)
+	}
+	if code, body, err := c.post(`{"jsonrpc":"2.0","method":"notifications/initialized"}`); err != nil || code != http.StatusAccepted {
+		t.Fatalf("notifications/initialized: %d %s %v", code, body, err)
+	}
+	_ = h.Close()
+
+	const id = "after_close_1"
+	code, body, err := c.post(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"block","arguments":{},"_meta":{"` + mcpserver.MetaCallID + `":"` + id + `"}}}`)
+	if err != nil || code != http.StatusServiceUnavailable {
+		t.Errorf("tools/call after Close: %d %s %v; want 503", code, body, err)
+	}
+	fresh := &rawClient{url: url}
+	code, body, err = fresh.post(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}`)
+	if err != nil || code != http.StatusServiceUnavailable || fresh.sid != "" {
+		t.Errorf("initialize after Close: %d %s %v, session %q; want 503 and no session", code, body, err, fresh.sid)
+	}
+	if st, err := d.Status(t.Context(), id); err != nil || st.State != dispatcher.StateUnknown {
+		t.Errorf("Status of the call sent after Close = %s, %v; want unknown: nothing submitted", st.State, err)
+	}
+}

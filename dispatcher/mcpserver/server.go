@@ -166,11 +166,20 @@ const requestEnvelope = 1 << 20
 // (POST for requests, GET for the server's notification stream, DELETE to
 // end a session). It counts each session's open requests, for its idle
 // timeout, and all POSTs in progress, for Close, and cancels the calls of
-// a session the client deletes before the session is closed.
+// a session the client deletes before the session is closed. Once Close
+// has begun it answers every request 503, with Retry-After.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodPost {
 		h.posts.begin()
 		defer h.posts.end()
+	}
+	// Once Close has begun, nothing new: a session opened now would never
+	// be closed, a call submitted now never waited for. Checked after the
+	// POST is counted, so that Close waits for one that got past it.
+	if h.base.Err() != nil {
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, "mcpserver: shutting down; try another server", http.StatusServiceUnavailable)
+		return
 	}
 	id := r.Header.Get(sessionIDHeader)
 	switch {
