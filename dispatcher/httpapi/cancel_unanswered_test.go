@@ -9,13 +9,11 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/dispatcher"
 	"github.com/windlass-dev/windlass/dispatcher/httpapi"
 	"github.com/windlass-dev/windlass/internal/fleettest"
-	"github.com/windlass-dev/windlass/internal/layout"
 	"github.com/windlass-dev/windlass/worker"
 )
 
@@ -29,21 +27,7 @@ import (
 // dispatcher.ErrCanceledUnanswered.
 func TestADELETEWhoseCanceledResultIsNotStoredSaysCanceling(t *testing.T) {
 	f, c, canceled := startLong(t)
-	ff := f.Fleet
-	// The results stream stops taking writes (a fault a real server shows
-	// as a store failure or a stream without quorum): it is full.
-	js := ff.JetStream()
-	s, err := js.Stream(t.Context(), layout.ResultsStream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	healthy := s.CachedInfo().Config
-	full := healthy
-	full.MaxBytes, full.Discard = 1, jetstream.DiscardNew
-	if _, err := js.UpdateStream(t.Context(), full); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _, _ = js.UpdateStream(context.Background(), healthy) }) // lets the worker answer and stop, should the test fail
+	resume := f.RefuseResults()
 
 	r := f.do("DELETE", "/v1/calls/"+c.ID+"?reason=stop", "")
 	select {
@@ -66,9 +50,7 @@ func TestADELETEWhoseCanceledResultIsNotStoredSaysCanceling(t *testing.T) {
 	}
 	// The stream takes writes again: the worker's answer is stored, the
 	// call's result is canceled, as the 202 said it would be.
-	if _, err := js.UpdateStream(t.Context(), healthy); err != nil {
-		t.Fatal(err)
-	}
+	resume()
 	st := f.pollUntil(c.ID, "the call's result", func(c httpapi.Call) bool { return c.State == dispatcher.StateFinished })
 	if st.Result.Code() != windlass.CodeCanceled {
 		t.Errorf("the call's result is %+v; want canceled", st.Result)

@@ -215,6 +215,35 @@ func (f *Fleet) JetStream() jetstream.JetStream {
 	return js
 }
 
+// RefuseResults makes the results stream refuse every write (it is full,
+// new messages discarded: a fault a real server shows as a store failure
+// or a stream without quorum) until resume, which the test's cleanup also
+// calls, so that a worker can answer and stop should the test fail.
+func (f *Fleet) RefuseResults() (resume func()) {
+	f.t.Helper()
+	js := f.JetStream()
+	s, err := js.Stream(f.t.Context(), layout.ResultsStream)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	healthy := s.CachedInfo().Config
+	full := healthy
+	full.MaxBytes, full.Discard = 1, jetstream.DiscardNew
+	if _, err := js.UpdateStream(f.t.Context(), full); err != nil {
+		f.t.Fatal(err)
+	}
+	var once sync.Once
+	resume = func() {
+		once.Do(func() {
+			if _, err := js.UpdateStream(context.Background(), healthy); err != nil {
+				f.t.Errorf("fleettest: the results stream takes writes again: %v", err)
+			}
+		})
+	}
+	f.t.Cleanup(resume)
+	return resume
+}
+
 // Worker is a worker started by [Fleet.StartWorker].
 type Worker struct {
 	*worker.Worker
