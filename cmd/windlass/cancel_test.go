@@ -24,24 +24,15 @@ import (
 func TestCancelWhoseCanceledResultIsNotStoredSaysCanceled(t *testing.T) {
 	t.Setenv("WINDLASS_DEV_FILE", filepath.Join(t.TempDir(), "none.json"))
 	f := fleettest.New(t)
-	started, canceled := make(chan struct{}, 1), make(chan error, 1)
-	f.StartWorker(worker.Config{}, windlass.MustFunc("long", func(ctx context.Context, _ struct{}) (string, error) {
-		started <- struct{}{}
-		<-ctx.Done()
-		canceled <- context.Cause(ctx)
-		return "", context.Cause(ctx)
-	}))
+	long := fleettest.NewUntilCanceled("long")
+	f.StartWorker(worker.Config{}, long)
 	d := f.Dispatcher(dispatcher.Config{})
 	fleettest.WaitCatalog(t, d, "long")
 	id, err := d.Submit(t.Context(), "long", struct{}{}, dispatcher.WithTimeout(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-started:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the call did not start")
-	}
+	long.Started(t)
 	resume := f.RefuseResults()
 
 	var stdout, stderr bytes.Buffer
@@ -49,13 +40,8 @@ func TestCancelWhoseCanceledResultIsNotStoredSaysCanceled(t *testing.T) {
 	if out := stdout.String(); err != nil || !strings.HasPrefix(out, "canceled "+id+" (its canceled result is not stored yet") {
 		t.Errorf("cancel = %q, %v (stderr %q); want it to say canceled, its result not stored yet, and succeed", out, err, stderr.String())
 	}
-	select {
-	case cause := <-canceled:
-		if !errors.Is(cause, windlass.ErrCallCanceled) {
-			t.Errorf("the tool's context ended with %v; want windlass.ErrCallCanceled", cause)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the tool's context was not canceled")
+	if cause := long.Canceled(t); !errors.Is(cause, windlass.ErrCallCanceled) {
+		t.Errorf("the tool's context ended with %v; want windlass.ErrCallCanceled", cause)
 	}
 	resume()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)

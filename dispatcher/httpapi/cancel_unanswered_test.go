@@ -1,7 +1,6 @@
 package httpapi_test
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -26,17 +25,12 @@ import (
 // call's URL, and Dispatcher.Cancel's error wraps
 // dispatcher.ErrCanceledUnanswered.
 func TestADELETEWhoseCanceledResultIsNotStoredSaysCanceling(t *testing.T) {
-	f, c, canceled := startLong(t)
+	f, c, long := startLong(t)
 	resume := f.RefuseResults()
 
 	r := f.do("DELETE", "/v1/calls/"+c.ID+"?reason=stop", "")
-	select {
-	case cause := <-canceled:
-		if !errors.Is(cause, windlass.ErrCallCanceled) {
-			t.Errorf("the tool's context ended with %v; want windlass.ErrCallCanceled", cause)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the tool's context was not canceled")
+	if cause := long.Canceled(t); !errors.Is(cause, windlass.ErrCallCanceled) {
+		t.Errorf("the tool's context ended with %v; want windlass.ErrCallCanceled", cause)
 	}
 	got := f.call(r, http.StatusAccepted)
 	if got.ID != c.ID || got.URL != c.URL || r.header.Get("Location") != c.URL {
@@ -57,20 +51,14 @@ func TestADELETEWhoseCanceledResultIsNotStoredSaysCanceling(t *testing.T) {
 	}
 }
 
-// startLong starts a fleet whose tool "long" runs until its context ends
-// (then sends the cause on canceled), with the API over a dispatcher on
-// its own connection (opts, such as a dialer that drops acknowledgements),
-// submits a call of it and waits until it runs.
-func startLong(t *testing.T, opts ...nats.Option) (f *fleet, c httpapi.Call, canceled chan error) {
+// startLong starts a fleet whose tool "long" runs until its context ends,
+// with the API over a dispatcher on its own connection (opts, such as a
+// dialer that drops acknowledgements), submits a call of it and waits
+// until it runs.
+func startLong(t *testing.T, opts ...nats.Option) (f *fleet, c httpapi.Call, long *fleettest.UntilCanceled) {
 	ff := fleettest.New(t)
-	started := make(chan struct{}, 1)
-	canceled = make(chan error, 1)
-	ff.StartWorker(worker.Config{Heartbeat: 50 * time.Millisecond}, windlass.MustFunc("long", func(ctx context.Context, _ struct{}) (string, error) {
-		started <- struct{}{}
-		<-ctx.Done()
-		canceled <- context.Cause(ctx)
-		return "", context.Cause(ctx)
-	}))
+	long = fleettest.NewUntilCanceled("long")
+	ff.StartWorker(worker.Config{Heartbeat: 50 * time.Millisecond}, long)
 	nc := ff.NATS.Connect(t, opts...)
 	d := ff.Dispatcher(dispatcher.Config{Conn: nc})
 	fleettest.WaitCatalog(t, d, "long")
@@ -82,10 +70,6 @@ func startLong(t *testing.T, opts ...nats.Option) (f *fleet, c httpapi.Call, can
 	t.Cleanup(srv.Close)
 	f = &fleet{Fleet: ff, t: t, d: d, h: h, srv: srv}
 	c = f.call(f.do("POST", "/v1/calls", `{"tool":"long","async":true,"timeout_ms":60000}`), http.StatusAccepted)
-	select {
-	case <-started:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the call did not start")
-	}
-	return f, c, canceled
+	long.Started(t)
+	return f, c, long
 }
