@@ -23,9 +23,10 @@ import (
 // arguments. Compile it once per spec with [CompileArguments]; Validate is
 // safe for concurrent use.
 type ArgumentsSchema struct {
-	tool   string
-	schema *jsonschema.Schema
-	quick  *argcheck.Schema // nil: the schema uses keywords the quick check does not know
+	tool      string
+	maxValues int // the spec's bound on the values in arguments
+	schema    *jsonschema.Schema
+	quick     *argcheck.Schema // nil: the schema uses keywords the quick check does not know
 }
 
 var englishPrinter = message.NewPrinter(language.English)
@@ -57,7 +58,7 @@ func CompileArguments(spec Spec) (*ArgumentsSchema, error) {
 	if !ok {
 		quick = nil
 	}
-	return &ArgumentsSchema{tool: spec.Name, schema: s, quick: quick}, nil
+	return &ArgumentsSchema{tool: spec.Name, maxValues: spec.argumentValues(), schema: s, quick: quick}, nil
 }
 
 // Validate checks raw arguments against the schema. Empty or null
@@ -74,19 +75,26 @@ func (a *ArgumentsSchema) Validate(args json.RawMessage) error {
 	}
 	if a.quick != nil {
 		switch valid, values := a.quick.SurelyValid(args); {
-		case valid && values <= MaxArgumentValues:
+		case valid && values <= a.maxValues:
 			return nil // valid for sure, seen without decoding
 		case valid:
 			return a.refuseValues()
 		}
 	}
-	if _, over := argcheck.Values(args, MaxArgumentValues); over {
-		return a.refuseValues() // before decoding them
+	// Nothing is decoded before the arguments are known to be valid JSON
+	// of at most maxValues values: a decoder builds every value up to the
+	// error, or the end.
+	if !json.Valid(args) {
+		err := json.Unmarshal(args, new(json.RawMessage)) // checks, builds nothing
+		return a.refuse("$", "json", "arguments are not valid JSON: "+strings.TrimPrefix(err.Error(), "json: "))
+	}
+	if _, over := argcheck.Values(args, a.maxValues); over {
+		return a.refuseValues()
 	}
 	// The decoded value may share args' memory (argcheck.Decode); nothing
 	// built from it outlives this call but new strings.
 	v, ok := argcheck.Decode(args)
-	if !ok { // invalid JSON (or very deep): the standard decoder says what is wrong
+	if !ok { // very deep: the standard decoder takes it
 		var err error
 		if v, err = jsonschema.UnmarshalJSON(bytes.NewReader(args)); err != nil {
 			return a.refuse("$", "json", "arguments are not valid JSON: "+err.Error())
@@ -95,11 +103,11 @@ func (a *ArgumentsSchema) Validate(args json.RawMessage) error {
 	return a.validateValue(v)
 }
 
-// refuseValues is the refusal of arguments of more than
-// MaxArgumentValues values.
+// refuseValues is the refusal of arguments of more values than the
+// tool's bound.
 func (a *ArgumentsSchema) refuseValues() *ArgumentError {
-	return a.refuse("$", "values", fmt.Sprintf(
-		"arguments hold more than %d JSON values (each number, string, boolean, null, array and object counts one)", MaxArgumentValues))
+	return a.refuse("$", "values", englishPrinter.Sprintf(
+		"arguments hold more than %d JSON values (each number, string, boolean, null, array and object counts one), the tool's max_argument_values", a.maxValues))
 }
 
 // validateValue checks decoded arguments, as the library's decoder gives
@@ -207,15 +215,6 @@ const (
 	MaxNumberLength   = 100
 	MaxNumberExponent = 400
 )
-
-// MaxArgumentValues bounds the JSON values in arguments (each number,
-// string, boolean, null, array and object counts one; an object's keys do
-// not): [ArgumentsSchema.Validate] refuses more (rule "values") before
-// decoding them. Decoded for the schema, each small value costs tens of
-// bytes: without the bound, arguments of a 16 MiB array of zeros grew a
-// dispatcher's heap by about 600 MiB. A model writes far fewer; data of
-// more values goes as one string (a CSV, a base64 blob) or a reference.
-const MaxArgumentValues = 100_000
 
 // numberBounds are MaxNumberLength and MaxNumberExponent for package
 // argcheck.

@@ -1,6 +1,8 @@
 package windlass_test
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -76,7 +78,7 @@ func TestHostileArguments(t *testing.T) {
 // nested returns n levels of JSON arrays, [[[…]]].
 func nested(n int) string { return strings.Repeat("[", n) + strings.Repeat("]", n) }
 
-// TestArgumentsOfTooManyValues: arguments of more than MaxArgumentValues
+// TestArgumentsOfTooManyValues: arguments of more than DefaultMaxArgumentValues
 // JSON values are refused (rule "values") before anything decodes them —
 // a 16 MiB array of zeros, against a schema that makes the library decode
 // it, used to grow the heap by about 600 MiB on its way to a refusal; now
@@ -101,13 +103,13 @@ func TestArgumentsOfTooManyValues(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := schema.Validate(zeros(windlass.MaxArgumentValues - 2)); err != nil {
-				t.Fatalf("%d values: %v, want valid", windlass.MaxArgumentValues, err)
+			if err := schema.Validate(zeros(windlass.DefaultMaxArgumentValues - 2)); err != nil {
+				t.Fatalf("%d values: %v, want valid", windlass.DefaultMaxArgumentValues, err)
 			}
-			err = schema.Validate(zeros(windlass.MaxArgumentValues - 1))
+			err = schema.Validate(zeros(windlass.DefaultMaxArgumentValues - 1))
 			var ae *windlass.ArgumentError
-			if !errors.As(err, &ae) || ae.Path != "$" || ae.Rule != "values" || !strings.Contains(ae.Message, "more than 100000 JSON values") {
-				t.Fatalf("%d values: %v, want rule values at $", windlass.MaxArgumentValues+1, err)
+			if !errors.As(err, &ae) || ae.Path != "$" || ae.Rule != "values" || !strings.Contains(ae.Message, "more than 100,000 JSON values") {
+				t.Fatalf("%d values: %v, want rule values at $", windlass.DefaultMaxArgumentValues+1, err)
 			}
 			allocs := testing.AllocsPerRun(3, func() {
 				if err := schema.Validate(huge); !errors.As(err, &ae) || ae.Rule != "values" {
@@ -118,5 +120,32 @@ func TestArgumentsOfTooManyValues(t *testing.T) {
 				t.Errorf("refusing 16 MiB of zeros took %v allocations: the arguments were decoded", allocs)
 			}
 		})
+	}
+}
+
+// TestMaxArgumentValuesIsTheTools: a tool that takes large arrays raises
+// its bound (WithMaxArgumentValues): 150,000 numbers are its arguments,
+// refused by a tool of the default bound; invalid JSON of more values is
+// refused as invalid JSON, not counted; a negative bound is no spec.
+func TestMaxArgumentValuesIsTheTools(t *testing.T) {
+	sum := func(_ context.Context, in struct{ Xs []float64 }) (int, error) { return len(in.Xs), nil }
+	args := json.RawMessage(`{"Xs":[` + strings.TrimSuffix(strings.Repeat("0.5,", 150_000), ",") + `]}`)
+	if r := windlass.Invoke(t.Context(), windlass.MustFunc("sum", sum, windlass.WithMaxArgumentValues(200_000)), windlass.ToolCall{ID: "c1", Arguments: args}); r.IsError || r.Content != "150000" {
+		t.Errorf("150,000 values, bound 200,000: %s %q; want 150000", r.Code(), r.Content)
+	}
+	r := windlass.Invoke(t.Context(), windlass.MustFunc("sum", sum), windlass.ToolCall{ID: "c2", Arguments: args})
+	if r.Code() != windlass.CodeInvalidArguments || !strings.Contains(r.Content, "more than 100,000 JSON values") {
+		t.Errorf("150,000 values, default bound: %s %q; want invalid_arguments, rule values", r.Code(), r.Content)
+	}
+	schema, err := windlass.CompileArguments(windlass.Spec{Name: "sum", MaxArgumentValues: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ae *windlass.ArgumentError
+	if err := schema.Validate([]byte(`{"xs":[1,2,3,4,5,6,7,8,9,10,11,]}`)); !errors.As(err, &ae) || ae.Rule != "json" {
+		t.Errorf("invalid JSON of 12 value-starts, bound 10: %v; want rule json", err)
+	}
+	if err := (windlass.Spec{Name: "sum", MaxArgumentValues: -1}).Validate(); !errors.Is(err, windlass.ErrInvalidSpec) || !strings.Contains(err.Error(), "max_argument_values") {
+		t.Errorf("a negative bound: %v; want ErrInvalidSpec naming max_argument_values", err)
 	}
 }

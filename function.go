@@ -30,6 +30,13 @@ func WithTimeout(d time.Duration) FuncOption {
 	return func(s *Spec) { s.Timeout = d }
 }
 
+// WithMaxArgumentValues sets the bound on the JSON values of a call's
+// arguments (default [DefaultMaxArgumentValues]; see
+// [Spec.MaxArgumentValues]).
+func WithMaxArgumentValues(n int) FuncOption {
+	return func(s *Spec) { s.MaxArgumentValues = n }
+}
+
 // WithApproval marks the tool as requiring a human's approval per call.
 func WithApproval() FuncOption {
 	return func(s *Spec) { s.RequiresApproval = true }

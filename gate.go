@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/windlass-dev/windlass/internal/argcheck"
 	"github.com/windlass-dev/windlass/internal/gatecond"
 )
 
@@ -72,6 +73,11 @@ func (s Spec) NeedsApproval(args json.RawMessage) (bool, error) {
 	c, err := gatecond.Cached(s.ApprovalCondition)
 	if err != nil {
 		return true, fmt.Errorf("tool %q: approval_condition: %w", s.Name, err)
+	}
+	// The condition decodes the arguments: not more of them than their
+	// validation would (it may come first).
+	if _, over := argcheck.Values(args, s.argumentValues()); over {
+		return true, fmt.Errorf("tool %q: approval_condition: not evaluated: the arguments hold more than %d JSON values, the tool's max_argument_values", s.Name, s.argumentValues())
 	}
 	needs, err := c.Eval(args)
 	if err != nil {

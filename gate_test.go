@@ -112,6 +112,9 @@ func TestNeedsApproval(t *testing.T) {
 		{"wrong type: fail closed", refundSpec(), `{"amount":"many","to":"acct"}`, true, true},
 		{"not an object: fail closed", refundSpec(), `[1]`, true, true},
 		{"invalid condition: fail closed", windlass.Spec{Name: "x", ApprovalCondition: "args."}, `{}`, true, true},
+		// Not decoded for the condition: more values than the tool's bound.
+		{"too many values: fail closed", bounded(refundSpec(), 4), `{"amount":1,"to":"acct","x":[1,2]}`, true, true},
+		{"values within the bound", bounded(refundSpec(), 4), `{"amount":1,"to":"acct","x":[]}`, false, false},
 	}
 	for _, tt := range tests {
 		got, err := tt.spec.NeedsApproval(json.RawMessage(tt.args))
@@ -122,6 +125,12 @@ func TestNeedsApproval(t *testing.T) {
 	if !refundSpec().Gated() || !gatedAll.Gated() || free.Gated() {
 		t.Error("Gated")
 	}
+}
+
+// bounded is spec with its bound on argument values set to n.
+func bounded(spec windlass.Spec, n int) windlass.Spec {
+	spec.MaxArgumentValues = n
+	return spec
 }
 
 // TestApprovalConditionIsNotShownToModels: no model-facing rendering of a

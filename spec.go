@@ -50,6 +50,30 @@ type Spec struct {
 	// idempotent, open-world). Nil (or all unset) means none stated; they
 	// are part of the spec's JSON and hash only when set.
 	Hints *ToolHints
+	// MaxArgumentValues bounds the JSON values a call's arguments may hold
+	// (each number, string, boolean, null, array and object counts one);
+	// more are refused invalid_arguments, rule "values", before anything
+	// decodes them. Zero means [DefaultMaxArgumentValues]. Raise it for a
+	// tool that takes large arrays (vectors, series): checking arguments
+	// against the schema may take tens of bytes of memory a value. It is
+	// part of the spec's JSON ("max_argument_values") and hash only when
+	// set.
+	MaxArgumentValues int
+}
+
+// DefaultMaxArgumentValues is the bound on the JSON values in a call's
+// arguments of a tool whose [Spec.MaxArgumentValues] is zero. Checked
+// against a schema, each small value costs tens of bytes: without a bound,
+// arguments of a 16 MiB array of zeros grew a dispatcher's heap by about
+// 600 MiB. A model writes far fewer values.
+const DefaultMaxArgumentValues = 100_000
+
+// argumentValues is the spec's bound on the values in arguments.
+func (s Spec) argumentValues() int {
+	if s.MaxArgumentValues > 0 {
+		return s.MaxArgumentValues
+	}
+	return DefaultMaxArgumentValues
 }
 
 // ValidateName reports whether name is a valid tool name. The error names the
@@ -94,6 +118,9 @@ func (s Spec) Validate() error {
 	if s.Timeout < 0 {
 		return fmt.Errorf("%w: tool %q: timeout must not be negative, got %s", ErrInvalidSpec, s.Name, s.Timeout)
 	}
+	if s.MaxArgumentValues < 0 {
+		return fmt.Errorf("%w: tool %q: max_argument_values must not be negative, got %d", ErrInvalidSpec, s.Name, s.MaxArgumentValues)
+	}
 	if err := s.validateCondition(); err != nil {
 		return err
 	}
@@ -122,6 +149,7 @@ type specJSON struct {
 	RequiresApproval bool           `json:"requires_approval"`
 	Condition        string         `json:"approval_condition,omitempty"`
 	Hints            *ToolHints     `json:"hints,omitempty"`
+	MaxValues        int            `json:"max_argument_values,omitempty"`
 }
 
 // MarshalJSON encodes the spec with its defaults filled in, in the form
@@ -136,6 +164,7 @@ func (s Spec) MarshalJSON() ([]byte, error) {
 		RequiresApproval: d.RequiresApproval,
 		Condition:        d.ApprovalCondition,
 		Hints:            d.hints(),
+		MaxValues:        d.MaxArgumentValues,
 	})
 }
 
@@ -148,6 +177,9 @@ func (s *Spec) UnmarshalJSON(b []byte) error {
 	if w.TimeoutMS < 0 || w.TimeoutMS > math.MaxInt64/int64(time.Millisecond) {
 		return fmt.Errorf("%w: timeout_ms out of range: %d", ErrInvalidSpec, w.TimeoutMS)
 	}
+	if w.MaxValues < 0 {
+		return fmt.Errorf("%w: max_argument_values must not be negative, got %d", ErrInvalidSpec, w.MaxValues)
+	}
 	*s = Spec{
 		Name:              w.Name,
 		Description:       w.Description,
@@ -156,6 +188,7 @@ func (s *Spec) UnmarshalJSON(b []byte) error {
 		RequiresApproval:  w.RequiresApproval,
 		ApprovalCondition: w.Condition,
 		Hints:             w.Hints,
+		MaxArgumentValues: w.MaxValues,
 	}
 	if s.Hints.IsZero() {
 		s.Hints = nil
@@ -173,7 +206,7 @@ func (s Spec) hints() *ToolHints {
 
 // Hash returns a short, stable fingerprint of everything in the spec a model
 // or a worker depends on (name, description, parameters, timeout, approval,
-// approval condition and hints when stated):
+// approval condition, hints and the bound on argument values when stated):
 // the hex SHA-256 of its canonical JSON, truncated to 16 bytes. Two specs with
 // the same hash are interchangeable; the fleet uses it to detect a caller
 // and a worker that disagree on a tool's schema.

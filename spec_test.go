@@ -131,4 +131,16 @@ func TestSpecJSONAndHash(t *testing.T) {
 	if (windlass.Spec{Name: "x"}).Hash() != (windlass.Spec{Name: "x"}).WithDefaults().Hash() {
 		t.Error("hash differs between a spec and the same spec with its defaults filled in")
 	}
+	// The bound on argument values is in the JSON and the hash only when
+	// set: a spec without it keeps the hash it had before the field.
+	big := a
+	big.MaxArgumentValues = 200_000
+	if b, err := json.Marshal(big); err != nil || !strings.HasSuffix(string(b), `,"max_argument_values":200000}`) {
+		t.Errorf("json with a bound = %s, %v", b, err)
+	} else if err := json.Unmarshal(b, &back); err != nil || back.MaxArgumentValues != 200_000 || back.Hash() != big.Hash() || big.Hash() == a.Hash() {
+		t.Errorf("round trip of a bound: %+v, %v; hashes %s %s %s", back, err, back.Hash(), big.Hash(), a.Hash())
+	}
+	if err := json.Unmarshal([]byte(`{"name":"x","max_argument_values":-1}`), &back); !errors.Is(err, windlass.ErrInvalidSpec) {
+		t.Errorf("a negative max_argument_values decodes: %v", err)
+	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/approval/release"
+	"github.com/windlass-dev/windlass/internal/argcheck"
 	"github.com/windlass-dev/windlass/internal/layout"
 	"github.com/windlass-dev/windlass/internal/retry"
 	"github.com/windlass-dev/windlass/internal/wirejson"
@@ -180,15 +181,14 @@ var refusedAsItIsNow = []windlass.ErrorCode{windlass.CodeUnknownTool, windlass.C
 // record (or the arguments do not encode): the refusal stands. When the
 // streams cannot say whether it has one, the caller is told so
 // (unavailable, wrapping ErrUnavailable), not refused as if it had none.
+//
+// The arguments are hashed only for an id that has a record, and only
+// within windlass.DefaultMaxArgumentValues values: hashing may decode
+// them (release.ArgumentsHash), which refused arguments, unbounded by any
+// schema, must not make the dispatcher do at the caller's will. Beyond
+// the bound the refusal stands: arguments of more values were not
+// accepted before unless the tool's own bound was higher then.
 func (d *Dispatcher) resubmitted(ctx context.Context, name string, args any, o callOptions, refused error) (*prepared, error) {
-	raw, err := windlass.EncodeArguments(args)
-	if err != nil {
-		return nil, nil
-	}
-	hash, err := release.ArgumentsHash(raw)
-	if err != nil {
-		return nil, nil
-	}
 	k, err := retry.Value(ctx, recordReadPolicy, func(ctx context.Context) (known, error) { return d.find(ctx, o.id) })
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, &windlass.CallError{Code: windlass.CodeUnavailable, Message: fmt.Sprintf(
@@ -196,6 +196,17 @@ func (d *Dispatcher) resubmitted(ctx context.Context, name string, args any, o c
 			o.id, err, refused)})
 	}
 	if !k.found {
+		return nil, nil
+	}
+	raw, err := windlass.EncodeArguments(args)
+	if err != nil {
+		return nil, nil
+	}
+	if _, over := argcheck.Values(raw, windlass.DefaultMaxArgumentValues); over {
+		return nil, nil
+	}
+	hash, err := release.ArgumentsHash(raw)
+	if err != nil {
 		return nil, nil
 	}
 	rec := k.rec

@@ -2,7 +2,9 @@ package dispatcher_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -91,4 +93,30 @@ func chargeFleet(t *testing.T) (f *fleettest.Fleet, w *fleettest.Worker, d *disp
 	d = f.Dispatcher(dispatcher.Config{})
 	fleettest.WaitCatalog(t, d, "charge")
 	return f, w, d, runs
+}
+
+// TestArgumentsOfTooManyValuesAreNotHashedForAResubmit: arguments refused
+// for their values (16 MiB: a string with an escape, which the canonical
+// hash cannot take as it is, and 8 million zeros) with the caller's own
+// id are refused invalid_arguments without being decoded — whether or not
+// the id names a call. Before, the resubmit check hashed them first, for
+// any caller's id, decoding them all: about 600 MiB of heap and millions
+// of allocations for a refusal. (Found by a review helper.)
+func TestArgumentsOfTooManyValuesAreNotHashedForAResubmit(t *testing.T) {
+	_, _, d, _ := chargeFleet(t)
+	if r, err := d.Call(t.Context(), "charge", `{"cents":500}`, dispatcher.WithCallID("pay-1")); err != nil || r.IsError {
+		t.Fatalf("Call = %+v, %v", r, err)
+	}
+	huge := json.RawMessage(`{"note":"a\nb","cents":[` + strings.Repeat("0,", 8<<20) + `0]}`)
+	for _, id := range []string{"pay-1", "never-used"} {
+		var err error
+		allocs := testing.AllocsPerRun(1, func() { _, err = d.Submit(t.Context(), "charge", huge, dispatcher.WithCallID(id)) })
+		var ce *windlass.CallError
+		if !errors.As(err, &ce) || ce.Code != windlass.CodeInvalidArguments || !strings.Contains(ce.Message, "JSON values") {
+			t.Errorf("id %s: Submit = %v; want invalid_arguments, rule values", id, err)
+		}
+		if allocs > 100_000 {
+			t.Errorf("id %s: refusing took %.0f allocations: the arguments were decoded", id, allocs)
+		}
+	}
 }
