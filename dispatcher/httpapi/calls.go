@@ -5,18 +5,17 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"mime"
 	"net/http"
 	"net/url"
 	"os"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/dispatcher"
+	"github.com/windlass-dev/windlass/internal/strictjson"
 )
 
 // MaxDurationMS is the largest timeout_ms and wait_ms a request may ask
@@ -185,15 +184,16 @@ func (h *Handler) refused(w http.ResponseWriter, r *http.Request, tool string, e
 	writeError(w, windlass.CodeUnavailable, fmt.Sprintf("The fleet could not accept the call: %v", err))
 }
 
-// decodeCallRequest reads a POST /v1/calls body strictly: JSON only, one
-// object, no unknown fields, within the size and time limits.
+// decodeCallRequest reads a POST /v1/calls body strictly (see
+// internal/strictjson): JSON only, one object, exact field names, no
+// duplicate or unknown ones, valid UTF-8, within the size and time limits.
 func (h *Handler) decodeCallRequest(w http.ResponseWriter, r *http.Request) (CallRequest, bool) {
 	var req CallRequest
 	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
 		writeError(w, CodeUnsupportedMediaType, "the body must be JSON, sent with Content-Type: application/json")
 		return req, false
 	}
-	if err := decodeStrict(r.Body, &req); err != nil {
+	if err := strictjson.Decode(r.Body, &req); err != nil {
 		var tooLarge *http.MaxBytesError
 		switch {
 		case errors.As(err, &tooLarge):
@@ -230,37 +230,6 @@ func (h *Handler) decodeCallRequest(w http.ResponseWriter, r *http.Request) (Cal
 		return req, false
 	}
 	return req, true
-}
-
-// decodeStrict decodes exactly one JSON value from body into v, refusing
-// unknown fields and trailing data. A body over its size or time limit
-// returns the reader's error (*http.MaxBytesError, one wrapping
-// os.ErrDeadlineExceeded).
-func decodeStrict(body io.Reader, v any) error {
-	dec := json.NewDecoder(body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		if errors.Is(err, io.EOF) {
-			return errors.New("empty; want a JSON object")
-		}
-		if overLimit(err) {
-			return err
-		}
-		return errors.New(strings.TrimPrefix(err.Error(), "json: "))
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		if overLimit(err) {
-			return err
-		}
-		return errors.New("trailing data after the JSON object")
-	}
-	return nil
-}
-
-// overLimit reports whether err is a body's size or time limit.
-func overLimit(err error) bool {
-	var tooLarge *http.MaxBytesError
-	return errors.As(err, &tooLarge) || errors.Is(err, os.ErrDeadlineExceeded)
 }
 
 // pathID reads and checks the {id} of a call's path.

@@ -62,8 +62,11 @@
 // constant time; with no keys configured every request is let in, and
 // [New] logs a warning. The probes and the OpenAPI document need no key.
 // Bodies are bounded ([Config.MaxBodyBytes]) and decoded strictly: one
-// JSON object, no unknown fields, sent as application/json (which a
-// browser's cross-site form cannot send).
+// JSON object, sent as application/json (which a browser's cross-site form
+// cannot send), with exact (case-sensitive) field names, none unknown and
+// none given twice, and valid UTF-8 throughout, the arguments included
+// (a 400 invalid_call names the field and the rule), so that what a proxy
+// or an auditor reads in a body is what the fleet does.
 //
 // [Config.Extra] mounts more handlers on the same server, behind the same
 // key check, such as an MCP endpoint at /mcp.
