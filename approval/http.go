@@ -15,6 +15,7 @@ import (
 
 	"github.com/windlass-dev/windlass/internal/bearer"
 	"github.com/windlass-dev/windlass/internal/payload"
+	"github.com/windlass-dev/windlass/internal/strictjson"
 )
 
 // Handler returns the service's HTTP API (JSON) and its reference dashboard:
@@ -242,7 +243,9 @@ func (s *Service) handleMe(w http.ResponseWriter, _ *http.Request, reviewer stri
 	writeJSON(w, http.StatusOK, map[string]any{"name": reviewer, "groups": groups})
 }
 
-// decodeBody reads a JSON decision body of at most 1 MiB.
+// decodeBody reads a JSON decision body of at most 1 MiB, strictly (see
+// internal/strictjson): one object, exact field names, no duplicate or
+// unknown ones, valid UTF-8 (the edited arguments' too).
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 	// The media type, in any case, with any parameters (charset=utf-8);
 	// not a prefix: application/jsonx is not JSON.
@@ -252,9 +255,7 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 			fmt.Sprintf("Content-Type %q: decisions must be sent as application/json (parameters such as charset=utf-8 allowed)", ct))
 		return false
 	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	if err := strictjson.Decode(http.MaxBytesReader(w, r.Body, 1<<20), v); err != nil {
 		writeError(w, http.StatusBadRequest, "bad_request", "body: "+err.Error())
 		return false
 	}
