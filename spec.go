@@ -68,6 +68,11 @@ type Spec struct {
 // 600 MiB. A model writes far fewer values.
 const DefaultMaxArgumentValues = 100_000
 
+// ArgumentValueLimit is the bound on the JSON values of a call's
+// arguments in force: MaxArgumentValues, or [DefaultMaxArgumentValues]
+// when it is zero.
+func (s Spec) ArgumentValueLimit() int { return s.argumentValues() }
+
 // argumentValues is the spec's bound on the values in arguments.
 func (s Spec) argumentValues() int {
 	if s.MaxArgumentValues > 0 {

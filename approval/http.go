@@ -255,7 +255,8 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 			fmt.Sprintf("Content-Type %q: decisions must be sent as application/json (parameters such as charset=utf-8 allowed)", ct))
 		return false
 	}
-	if err := strictjson.Decode(http.MaxBytesReader(w, r.Body, 1<<20), v); err != nil {
+	// 1 MiB bounds what checking its names may take: no bound on values.
+	if err := strictjson.Decode(http.MaxBytesReader(w, r.Body, 1<<20), v, 0); err != nil {
 		writeError(w, http.StatusBadRequest, "bad_request", "body: "+err.Error())
 		return false
 	}

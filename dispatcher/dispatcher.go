@@ -263,6 +263,20 @@ func New(ctx context.Context, cfg Config) (*Dispatcher, error) {
 // largest result value it fetches, by reference (Config.PayloadLimit).
 func (d *Dispatcher) PayloadLimit() int64 { return d.cfg.PayloadLimit }
 
+// MaxArgumentValues is the most JSON values the arguments of a call of
+// any tool in the dispatcher's view may hold (each tool's
+// [windlass.Spec.ArgumentValueLimit]; [windlass.DefaultMaxArgumentValues]
+// at least): no call's arguments may hold more. The HTTP API bounds a
+// request body's values by it before decoding the body.
+func (d *Dispatcher) MaxArgumentValues() int {
+	n := windlass.DefaultMaxArgumentValues
+	tools, _ := d.view.Tools()
+	for _, t := range tools {
+		n = max(n, t.Spec.ArgumentValueLimit())
+	}
+	return n
+}
+
 // ID returns the dispatcher instance's id.
 func (d *Dispatcher) ID() string { return d.cfg.ID }
 

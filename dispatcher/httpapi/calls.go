@@ -13,6 +13,9 @@ import (
 	"slices"
 	"time"
 
+	"golang.org/x/text/language"
+	"golang.org/x/text/message"
+
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/dispatcher"
 	"github.com/windlass-dev/windlass/internal/strictjson"
@@ -184,6 +187,13 @@ func (h *Handler) refused(w http.ResponseWriter, r *http.Request, tool string, e
 	writeError(w, windlass.CodeUnavailable, fmt.Sprintf("The fleet could not accept the call: %v", err))
 }
 
+// envelopeValues is the room a POST /v1/calls body has for JSON values
+// beyond its arguments' (its own fields, a call's metadata).
+const envelopeValues = 10_000
+
+// englishPrinter writes numbers with thousands separators.
+var englishPrinter = message.NewPrinter(language.English)
+
 // decodeCallRequest reads a POST /v1/calls body strictly (see
 // internal/strictjson): JSON only, one object, exact field names, no
 // duplicate or unknown ones, valid UTF-8, within the size and time limits.
@@ -193,9 +203,16 @@ func (h *Handler) decodeCallRequest(w http.ResponseWriter, r *http.Request) (Cal
 		writeError(w, CodeUnsupportedMediaType, "the body must be JSON, sent with Content-Type: application/json")
 		return req, false
 	}
-	if err := strictjson.Decode(r.Body, &req); err != nil {
+	// The body's values are bounded by the most any tool's arguments may
+	// hold, and the envelope's, before the body is decoded.
+	maxValues := h.cfg.Dispatcher.MaxArgumentValues() + envelopeValues
+	if err := strictjson.Decode(r.Body, &req, maxValues); err != nil {
 		var tooLarge *http.MaxBytesError
+		var tooMany *strictjson.TooManyValuesError
 		switch {
+		case errors.As(err, &tooMany):
+			writeError(w, windlass.CodeInvalidArguments, englishPrinter.Sprintf(
+				"the request body holds more than %d JSON values: more than the arguments of any tool of the fleet may hold (the most max_argument_values of its tools, with room for the rest of the request); it was not read", tooMany.Limit))
 		case errors.As(err, &tooLarge):
 			writeError(w, windlass.CodePayloadTooLarge, fmt.Sprintf("the request body is over the limit of %d bytes; send large inputs by reference", tooLarge.Limit))
 		case errors.Is(err, os.ErrDeadlineExceeded):

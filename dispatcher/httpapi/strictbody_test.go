@@ -2,6 +2,7 @@ package httpapi_test
 
 import (
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -65,5 +66,30 @@ func TestBodiesAreDecodedStrictly(t *testing.T) {
 	c := f.call(f.do("POST", "/v1/calls", `{"tool":"count","id":"strict-after"}`), http.StatusOK)
 	if c.Result == nil || c.Result.Content != "1" || f.runs.Load() != 1 {
 		t.Errorf("count after the refused bodies = %+v, %d executions; want its first", c.Result, f.runs.Load())
+	}
+}
+
+// TestABodyOfTooManyValuesIsNotRead: a body of more JSON values than any
+// tool of the fleet takes (100,000 by default, with room for the rest of
+// the request) is refused 422 invalid_arguments before it is decoded —
+// checking its names for duplicates would keep each of them — and nothing
+// is queued. One within that bound is read, and its arguments refused by
+// the tool's own bound.
+func TestABodyOfTooManyValuesIsNotRead(t *testing.T) {
+	f := newFleet(t, httpapi.Config{})
+	body := func(id string, n int) string {
+		return `{"tool":"count","id":"` + id + `","metadata":{"n":"` + strconv.Itoa(n) + `"},"arguments":{"xs":[` + strings.TrimSuffix(strings.Repeat("0,", n), ",") + `]}}`
+	}
+	r := f.do("POST", "/v1/calls", body("many-values", 120_000))
+	if r.status != http.StatusUnprocessableEntity || r.errorCode() != windlass.CodeInvalidArguments || !strings.Contains(r.String(), "more than 110,000 JSON values") {
+		t.Errorf("POST of 120,000 values = %s; want 422 invalid_arguments naming the bound", r)
+	}
+	if got := f.do("GET", "/v1/calls/many-values", ""); got.status != http.StatusNotFound {
+		t.Errorf("GET the refused call = %s, want 404: it was not queued", got)
+	}
+	// Within the body's bound, past the tool's: read, and refused by the
+	// tool's bound on its arguments.
+	if r := f.do("POST", "/v1/calls", body("some-values", 100_500)); r.status != http.StatusUnprocessableEntity || !strings.Contains(r.String(), `arguments hold more than 100,000 JSON values`) {
+		t.Errorf("POST of 100,500 values = %s; want 422, the tool's bound", r)
 	}
 }

@@ -72,7 +72,7 @@ func TestRefusals(t *testing.T) {
 	}
 	for _, tc := range cases {
 		var req httpapi.CallRequest
-		err := strictjson.Decode(strings.NewReader(tc.body), &req)
+		err := strictjson.Decode(strings.NewReader(tc.body), &req, 0)
 		var serr *strictjson.Error
 		if !errors.As(err, &serr) || err.Error() != tc.want {
 			t.Errorf("%q: %v (%T)\nwant %s", tc.body, err, err, tc.want)
@@ -94,7 +94,7 @@ func TestRefusalsInOtherShapes(t *testing.T) {
 	}
 	for _, tc := range cases {
 		var d decision
-		if err := strictjson.Decode(strings.NewReader(tc.body), &d); err == nil || err.Error() != tc.want {
+		if err := strictjson.Decode(strings.NewReader(tc.body), &d, 0); err == nil || err.Error() != tc.want {
 			t.Errorf("%q: %v\nwant %s", tc.body, err, tc.want)
 		}
 	}
@@ -150,13 +150,13 @@ func TestTimesAndBytesAsEncodingJSON(t *testing.T) {
 		if err := oldDecode([]byte(body), &want); err != nil {
 			t.Fatalf("encoding/json refuses %q: %v", body, err)
 		}
-		if err := strictjson.Decode(strings.NewReader(body), &got); err != nil || !reflect.DeepEqual(got, want) {
+		if err := strictjson.Decode(strings.NewReader(body), &got, 0); err != nil || !reflect.DeepEqual(got, want) {
 			t.Errorf("%q:\n got %+v, %v\nwant %+v", body, got, err, want)
 		}
 	}
 	for _, body := range []string{`{"d":"1s"}`, `{"t":"yesterday"}`, `{"s":7}`} {
 		var want, got timed
-		if oldDecode([]byte(body), &want) == nil || strictjson.Decode(strings.NewReader(body), &got) == nil {
+		if oldDecode([]byte(body), &want) == nil || strictjson.Decode(strings.NewReader(body), &got, 0) == nil {
 			t.Errorf("%q: taken; encoding/json refuses it, and so must Decode", body)
 		}
 	}
@@ -169,7 +169,7 @@ func TestAcceptedAsEncodingJSON(t *testing.T) {
 		if err := oldDecode([]byte(body), &want); err != nil {
 			t.Fatalf("encoding/json refuses %q: %v", body, err)
 		}
-		if err := strictjson.Decode(strings.NewReader(body), &got); err != nil || !reflect.DeepEqual(got, want) {
+		if err := strictjson.Decode(strings.NewReader(body), &got, 0); err != nil || !reflect.DeepEqual(got, want) {
 			t.Errorf("%q:\n got %+v, %v\nwant %+v", body, got, err, want)
 		}
 	}
@@ -189,7 +189,7 @@ func FuzzDecodeOnlyAddsStrictRules(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		for _, into := range []func() any{func() any { return new(httpapi.CallRequest) }, func() any { return new(decision) }, func() any { return new(timed) }} {
 			want, got := into(), into()
-			wantErr, gotErr := oldDecode(data, want), strictjson.Decode(strings.NewReader(string(data)), got)
+			wantErr, gotErr := oldDecode(data, want), strictjson.Decode(strings.NewReader(string(data)), got, 0)
 			switch {
 			case gotErr == nil && wantErr != nil:
 				t.Fatalf("%q: taken, but encoding/json refuses it: %v", data, wantErr)
@@ -234,7 +234,7 @@ func TestReaderErrorsComeThrough(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			var req httpapi.CallRequest
-			err := strictjson.Decode(tc.body, &req)
+			err := strictjson.Decode(tc.body, &req, 0)
 			var serr *strictjson.Error
 			if !tc.is(err) || errors.As(err, &serr) {
 				t.Errorf("Decode = %v (%T), want the reader's error", err, err)
@@ -247,3 +247,33 @@ func TestReaderErrorsComeThrough(t *testing.T) {
 type errReader struct{ err error }
 
 func (r errReader) Read([]byte) (int, error) { return 0, r.err }
+
+// TestTooManyValuesAreNotDecoded: a body of more values than the bound is
+// refused before it is decoded — a million names, which checking for
+// duplicates would keep (236 MiB for this body, 11 MiB) — and one within
+// it decodes.
+func TestTooManyValuesAreNotDecoded(t *testing.T) {
+	var b strings.Builder
+	b.WriteString(`{"tool":"x","arguments":{`)
+	for i := range 1_000_000 {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `"k%d":0`, i)
+	}
+	b.WriteString(`}}`)
+	body := b.String()
+	var req httpapi.CallRequest
+	var err error
+	allocs := testing.AllocsPerRun(1, func() { err = strictjson.Decode(strings.NewReader(body), &req, 100_000) })
+	var tooMany *strictjson.TooManyValuesError
+	if !errors.As(err, &tooMany) || tooMany.Limit != 100_000 {
+		t.Fatalf("Decode of a million values, bound 100,000 = %v; want *TooManyValuesError", err)
+	}
+	if allocs > 100 {
+		t.Errorf("refusing it took %.0f allocations: it was decoded", allocs)
+	}
+	if err := strictjson.Decode(strings.NewReader(`{"tool":"x","arguments":{"a":[1,2]}}`), &req, 6); err != nil || req.Tool != "x" {
+		t.Errorf("Decode of 6 values, bound 6 = %+v, %v", req, err)
+	}
+}
