@@ -77,7 +77,7 @@ func (s Spec) NeedsApproval(args json.RawMessage) (bool, error) {
 	// The condition decodes the arguments: not more of them than their
 	// validation would (it may come first).
 	if _, over := argcheck.Values(args, s.argumentValues()); over {
-		return true, fmt.Errorf("tool %q: approval_condition: not evaluated: the arguments hold more than %d JSON values, the tool's max_argument_values", s.Name, s.argumentValues())
+		return true, fmt.Errorf("tool %q: approval_condition: not evaluated: the arguments hold more than %s JSON values, the tool's max_argument_values", s.Name, englishPrinter.Sprint(s.argumentValues()))
 	}
 	needs, err := c.Eval(args)
 	if err != nil {

@@ -451,6 +451,18 @@ func (s *Service) arguments(ctx context.Context, msg jetstream.Msg, call *windla
 	return nil, false
 }
 
+// argumentValueLimit is the bound on the JSON values of a call of tool as
+// the registry has it; none (0) when it cannot be read: the dispatcher
+// bounded the call's arguments when it accepted it, and only a publisher
+// that bypasses it sends more.
+func (s *Service) argumentValueLimit(ctx context.Context, tool string) int {
+	info, err := s.cfg.Registry.Lookup(ctx, tool)
+	if err != nil {
+		return 0
+	}
+	return info.Spec.ArgumentValueLimit()
+}
+
 // intake persists one gated call, then acks it.
 func (s *Service) intake(ctx context.Context, msg jetstream.Msg) {
 	log := s.cfg.Logger
@@ -475,8 +487,14 @@ func (s *Service) intake(ctx context.Context, msg jetstream.Msg) {
 	if !ok {
 		return
 	}
-	argsHash, err := release.ArgumentsHash(args)
+	limit := s.argumentValueLimit(ctx, call.Name)
+	argsHash, err := release.ArgumentsHashWithin(args, limit)
 	if err != nil {
+		log.WarnContext(ctx, "approval: the gated call's arguments cannot be hashed; terminating it", "call_id", call.ID, "error", err)
+		if errors.Is(err, release.ErrTooManyValues) {
+			s.answer(ctx, &HeldCall{ID: call.ID, Tool: call.Name, call: &call, origin: msg.Headers().Get(layout.HeaderOrigin)},
+				windlass.CodeInvalidArguments, fmt.Sprintf("The call's arguments hold more JSON values than tool %q takes (its max_argument_values, %d); nothing was held.", call.Name, limit))
+		}
 		_ = msg.Term()
 		return
 	}

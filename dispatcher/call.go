@@ -14,7 +14,6 @@ import (
 
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/approval/release"
-	"github.com/windlass-dev/windlass/internal/argcheck"
 	"github.com/windlass-dev/windlass/internal/layout"
 	"github.com/windlass-dev/windlass/internal/retry"
 	"github.com/windlass-dev/windlass/internal/wirejson"
@@ -183,11 +182,12 @@ var refusedAsItIsNow = []windlass.ErrorCode{windlass.CodeUnknownTool, windlass.C
 // (unavailable, wrapping ErrUnavailable), not refused as if it had none.
 //
 // The arguments are hashed only for an id that has a record, and only
-// within windlass.DefaultMaxArgumentValues values: hashing may decode
-// them (release.ArgumentsHash), which refused arguments, unbounded by any
-// schema, must not make the dispatcher do at the caller's will. Beyond
-// the bound the refusal stands: arguments of more values were not
-// accepted before unless the tool's own bound was higher then.
+// within the tool's bound on values (the default's, at least, when the
+// tool is gone): hashing may decode them (release.ArgumentsHashWithin),
+// which refused arguments, unbounded by any schema, must not make the
+// dispatcher do at the caller's will. Beyond the bound the refusal stands:
+// arguments of more values were not accepted before unless the tool's own
+// bound was higher then.
 func (d *Dispatcher) resubmitted(ctx context.Context, name string, args any, o callOptions, refused error) (*prepared, error) {
 	k, err := retry.Value(ctx, recordReadPolicy, func(ctx context.Context) (known, error) { return d.find(ctx, o.id) })
 	if err != nil {
@@ -202,10 +202,11 @@ func (d *Dispatcher) resubmitted(ctx context.Context, name string, args any, o c
 	if err != nil {
 		return nil, nil
 	}
-	if _, over := argcheck.Values(raw, windlass.DefaultMaxArgumentValues); over {
-		return nil, nil
+	bound := windlass.DefaultMaxArgumentValues
+	if info, _, ok := d.view.Tool(name); ok {
+		bound = max(bound, info.Spec.ArgumentValueLimit()) // its calls were accepted within it
 	}
-	hash, err := release.ArgumentsHash(raw)
+	hash, err := release.ArgumentsHashWithin(raw, bound)
 	if err != nil {
 		return nil, nil
 	}

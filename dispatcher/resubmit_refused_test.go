@@ -120,3 +120,46 @@ func TestArgumentsOfTooManyValuesAreNotHashedForAResubmit(t *testing.T) {
 		}
 	}
 }
+
+// floats are arguments {"note":"a\nb","xs":[0.5,…]} of n numbers (n+3
+// values); the escape makes their canonical hash decode them.
+func floats(n int) json.RawMessage {
+	return json.RawMessage(`{"note":"a\nb","xs":[` + strings.TrimSuffix(strings.Repeat("0.5,", n), ",") + `]}`)
+}
+
+// TestARaisedBoundOnValuesEndToEnd: a tool that raised its bound on
+// argument values (WithMaxArgumentValues) takes 150,000 numbers through
+// the dispatcher and the worker, which both validate — by reference (600
+// KB) — and a resubmit of that call's id while its worker is away is that
+// call, not a refusal: the resubmit's check hashes within the tool's
+// bound, not the default's (found by a review helper: no_worker, "never
+// queued", for a call that had run). A tool of the default bound refuses
+// the same arguments.
+func TestARaisedBoundOnValuesEndToEnd(t *testing.T) {
+	sum := func(_ context.Context, in struct {
+		Note string    `json:"note"`
+		Xs   []float64 `json:"xs"`
+	}) (int, error) {
+		return len(in.Xs), nil
+	}
+	f := fleettest.New(t)
+	w := f.StartWorker(worker.Config{}, windlass.MustFunc("sumbig", sum, windlass.WithMaxArgumentValues(200_000)), windlass.MustFunc("sum", sum))
+	d := f.Dispatcher(dispatcher.Config{})
+	fleettest.WaitCatalog(t, d, "sumbig", "sum")
+	args := floats(150_000)
+	if r, err := d.Call(t.Context(), "sumbig", args, dispatcher.WithCallID("vec-1")); err != nil || r.IsError || r.Content != "150000" {
+		t.Fatalf("150,000 values, bound 200,000: %+v, %v", r, err)
+	}
+	var ce *windlass.CallError
+	if _, err := d.Submit(t.Context(), "sum", args); !errors.As(err, &ce) || ce.Code != windlass.CodeInvalidArguments || !strings.Contains(ce.Message, "100,000") {
+		t.Errorf("150,000 values, default bound: %v; want invalid_arguments", err)
+	}
+	fleettest.StoredResult(t, f.JetStream(), "vec-1")
+	if err := w.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	fleettest.WaitCatalog(t, d)
+	if id, err := d.Submit(t.Context(), "sumbig", args, dispatcher.WithCallID("vec-1")); id != "vec-1" || err != nil {
+		t.Errorf("resubmit of the call while its worker is away = %q, %v; want its id", id, err)
+	}
+}

@@ -67,7 +67,8 @@ func (w *Worker) signReceipt(d *delivery, m *nats.Msg, started time.Time) {
 
 // argsHashOf is the canonical hash of the arguments the call ran with: the
 // release's (the worker checked they are the ones it carries), or computed;
-// empty when they were never read (by reference, answered before).
+// empty when they were never read (by reference, answered before), or are
+// over the tool's bound on values.
 func argsHashOf(d *delivery) string {
 	if d.rel != nil {
 		return d.rel.ArgsHash
@@ -75,7 +76,9 @@ func argsHashOf(d *delivery) string {
 	if d.call.ArgumentsRef != nil {
 		return ""
 	}
-	h, err := release.ArgumentsHash(d.call.Arguments)
+	// Within the tool's bound: arguments refused for their values (rule
+	// values) are not decoded for their receipt either.
+	h, err := release.ArgumentsHashWithin(d.call.Arguments, d.t.spec.ArgumentValueLimit())
 	if err != nil {
 		return ""
 	}

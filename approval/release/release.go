@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"github.com/windlass-dev/windlass"
+	"github.com/windlass-dev/windlass/internal/argcheck"
 )
 
 // Header is the NATS header that carries a release on a released call.
@@ -74,7 +75,20 @@ type Release struct {
 // ArgumentsHash is the hex SHA-256 of the canonical JSON of args (object keys
 // sorted, insignificant space removed, numbers as written). Empty or null
 // arguments hash as {}.
-func ArgumentsHash(args json.RawMessage) (string, error) {
+func ArgumentsHash(args json.RawMessage) (string, error) { return ArgumentsHashWithin(args, 0) }
+
+// ErrTooManyValues is the error of [ArgumentsHashWithin] for arguments
+// it would have to decode, of more JSON values than its bound.
+var ErrTooManyValues = errors.New("release: the arguments hold more JSON values than their tool's bound; not hashed")
+
+// ArgumentsHashWithin is [ArgumentsHash], bounding what hashing may
+// decode. Arguments canonical as they are (keys in order, no escapes, no
+// insignificant space) are hashed as they are, whatever their size;
+// others are decoded to be made canonical, which takes memory by the
+// value, and those of more than maxValues JSON values (no bound when it is
+// not positive) are [ErrTooManyValues] instead: arguments no schema has
+// bounded yet (a call's, as it arrives) cannot make the hash take more.
+func ArgumentsHashWithin(args json.RawMessage, maxValues int) (string, error) {
 	var sum [sha256.Size]byte
 	if b := bytes.TrimSpace(args); len(b) > 0 && string(b) != "null" {
 		buf := canonicalBuffers.Get().(*[]byte)
@@ -83,6 +97,11 @@ func ArgumentsHash(args json.RawMessage) (string, error) {
 			*buf = out
 			sum = sha256.Sum256(out)
 			return hex.EncodeToString(sum[:]), nil
+		}
+	}
+	if maxValues > 0 {
+		if _, over := argcheck.Values(args, maxValues); over {
+			return "", ErrTooManyValues
 		}
 	}
 	canon, err := Canonical(args)

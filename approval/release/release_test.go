@@ -40,6 +40,29 @@ func TestArgumentsHashIsCanonical(t *testing.T) {
 	}
 }
 
+// TestArgumentsHashWithinDoesNotDecodePastItsBound: arguments the hash
+// must decode (an escape, keys out of order) of more values than the
+// bound are ErrTooManyValues, with no decoding; within it, or canonical
+// as they are, they hash as ArgumentsHash does.
+func TestArgumentsHashWithinDoesNotDecodePastItsBound(t *testing.T) {
+	decoded := json.RawMessage(`{"s":"a\nb","xs":[` + strings.Repeat("0,", 1<<20) + `0]}`)
+	var err error
+	allocs := testing.AllocsPerRun(1, func() { _, err = release.ArgumentsHashWithin(decoded, 1000) })
+	if !errors.Is(err, release.ErrTooManyValues) || allocs > 20 {
+		t.Errorf("over the bound: %v with %.0f allocations; want ErrTooManyValues, no decoding", err, allocs)
+	}
+	for _, args := range []json.RawMessage{decoded, json.RawMessage(`{"xs":[` + strings.Repeat("0,", 2000) + `0]}`)} {
+		want, _ := release.ArgumentsHash(args)
+		bound := 1 << 21
+		if args[2] == 'x' {
+			bound = 1000 // canonical as they are: hashed whatever their count
+		}
+		if got, err := release.ArgumentsHashWithin(args, bound); err != nil || got != want {
+			t.Errorf("within the bound (%d), or canonical: %s, %v; want %s", bound, got, err, want)
+		}
+	}
+}
+
 func TestSignAndVerify(t *testing.T) {
 	t.Parallel()
 	priv, pub, err := release.GenerateKey()
