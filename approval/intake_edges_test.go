@@ -132,3 +132,29 @@ func TestASecondMessageOfAHeldIDLeavesItAlone(t *testing.T) {
 		t.Errorf("the approved call: %v %.200q, %v (runs %d); want it run once with the arguments approved", r.Code(), r.Content, err, f.runs.Load())
 	}
 }
+
+// TestAHeldCallOfTooManyValuesIsNotDecoded: a gated call published
+// straight onto the approvals subject (not through a dispatcher, which
+// bounds its arguments) with more JSON values than the tool takes, in a
+// form the canonical hash would decode (an escape), is answered
+// invalid_arguments at the intake and not held. Before, the intake decoded
+// them all to hash them. (Found by a review helper.)
+func TestAHeldCallOfTooManyValuesIsNotDecoded(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, nil)
+	call := windlass.ToolCall{ID: "many-values", Name: "pay", Deadline: time.Now().Add(time.Hour),
+		Arguments: json.RawMessage(`{"to":"bob","amount":1,"memo":"a\nb","xs":[` + strings.Repeat("0,", 200_000) + `0]}`)}
+	data, _ := json.Marshal(call)
+	if _, err := f.JetStream().PublishMsg(t.Context(), &nats.Msg{Subject: layout.ApprovalSubject("pay"), Data: data,
+		Header: nats.Header{nats.MsgIdHdr: []string{call.ID}, layout.HeaderOrigin: []string{f.d.ID()}}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
+	defer cancel()
+	if r, err := f.d.Wait(ctx, call.ID); err != nil || r.Code() != windlass.CodeInvalidArguments || !strings.Contains(r.Content, "max_argument_values, 100000") {
+		t.Errorf("caller got %v %.300q, %v; want invalid_arguments naming the bound", r.Code(), r.Content, err)
+	}
+	if h, err := f.svc.Get(t.Context(), call.ID); err == nil {
+		t.Errorf("the call is held: %+v", h.Status)
+	}
+}
