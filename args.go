@@ -81,14 +81,15 @@ func (a *ArgumentsSchema) Validate(args json.RawMessage) error {
 			return a.refuseValues()
 		}
 	}
-	// Nothing is decoded before the arguments are known to be valid JSON
-	// of at most maxValues values: a decoder builds every value up to the
-	// error, or the end.
-	if !json.Valid(args) {
-		err := json.Unmarshal(args, new(json.RawMessage)) // checks, builds nothing
-		return a.refuse("$", "json", "arguments are not valid JSON: "+strings.TrimPrefix(err.Error(), "json: "))
-	}
+	// Nothing is decoded past maxValues values: a decoder builds every
+	// value up to the end, or an error. Invalid JSON counts at most a
+	// value a byte that could start one, so a decoder that stops at its
+	// error built no more.
 	if _, over := argcheck.Values(args, a.maxValues); over {
+		if !json.Valid(args) { // said as invalid JSON, as within the bound
+			err := json.Unmarshal(args, new(json.RawMessage)) // checks, builds nothing
+			return a.refuse("$", "json", "arguments are not valid JSON: "+strings.TrimPrefix(err.Error(), "json: "))
+		}
 		return a.refuseValues()
 	}
 	// The decoded value may share args' memory (argcheck.Decode); nothing

@@ -268,14 +268,7 @@ func (d *Dispatcher) PayloadLimit() int64 { return d.cfg.PayloadLimit }
 // [windlass.Spec.ArgumentValueLimit]; [windlass.DefaultMaxArgumentValues]
 // at least): no call's arguments may hold more. The HTTP API bounds a
 // request body's values by it before decoding the body.
-func (d *Dispatcher) MaxArgumentValues() int {
-	n := windlass.DefaultMaxArgumentValues
-	tools, _ := d.view.Tools()
-	for _, t := range tools {
-		n = max(n, t.Spec.ArgumentValueLimit())
-	}
-	return n
-}
+func (d *Dispatcher) MaxArgumentValues() int { return d.view.MaxArgumentValues() }
 
 // ID returns the dispatcher instance's id.
 func (d *Dispatcher) ID() string { return d.cfg.ID }

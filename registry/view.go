@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/windlass-dev/windlass"
 )
 
 // View is an in-memory copy of the registry that follows changes. Every
@@ -244,6 +246,20 @@ func (v *View) Tools() (tools []ToolInfo, asOf time.Time) {
 		tools = append(tools, v.tools[n])
 	}
 	return tools, v.asOfLocked()
+}
+
+// MaxArgumentValues is the largest bound on argument values
+// ([windlass.Spec.ArgumentValueLimit]) of the tools in the view, and
+// [windlass.DefaultMaxArgumentValues] at least; read without copying the
+// tools, as it is asked for every HTTP call request.
+func (v *View) MaxArgumentValues() int {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	n := windlass.DefaultMaxArgumentValues
+	for _, t := range v.tools {
+		n = max(n, t.Spec.ArgumentValueLimit())
+	}
+	return n
 }
 
 // Staleness is how long ago the view last synced successfully.

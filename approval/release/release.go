@@ -77,18 +77,23 @@ type Release struct {
 // arguments hash as {}.
 func ArgumentsHash(args json.RawMessage) (string, error) { return ArgumentsHashWithin(args, 0) }
 
-// ErrTooManyValues is the error of [ArgumentsHashWithin] for arguments
-// it would have to decode, of more JSON values than its bound.
+// ErrTooManyValues is the error of [ArgumentsHashWithin] for arguments of
+// more JSON values than its bound.
 var ErrTooManyValues = errors.New("release: the arguments hold more JSON values than their tool's bound; not hashed")
 
-// ArgumentsHashWithin is [ArgumentsHash], bounding what hashing may
-// decode. Arguments canonical as they are (keys in order, no escapes, no
-// insignificant space) are hashed as they are, whatever their size;
-// others are decoded to be made canonical, which takes memory by the
-// value, and those of more than maxValues JSON values (no bound when it is
-// not positive) are [ErrTooManyValues] instead: arguments no schema has
-// bounded yet (a call's, as it arrives) cannot make the hash take more.
+// ArgumentsHashWithin is [ArgumentsHash] of arguments of at most
+// maxValues JSON values (no bound when it is not positive); more are
+// [ErrTooManyValues], counted before anything else reads them. Making
+// arguments canonical takes memory by the member or the value (sorting an
+// object's members; decoding those with escapes): the bound keeps
+// arguments no schema has bounded yet (a call's, as it arrives) from
+// making the hash take more.
 func ArgumentsHashWithin(args json.RawMessage, maxValues int) (string, error) {
+	if maxValues > 0 {
+		if _, over := argcheck.Values(args, maxValues); over {
+			return "", ErrTooManyValues
+		}
+	}
 	var sum [sha256.Size]byte
 	if b := bytes.TrimSpace(args); len(b) > 0 && string(b) != "null" {
 		buf := canonicalBuffers.Get().(*[]byte)
@@ -97,11 +102,6 @@ func ArgumentsHashWithin(args json.RawMessage, maxValues int) (string, error) {
 			*buf = out
 			sum = sha256.Sum256(out)
 			return hex.EncodeToString(sum[:]), nil
-		}
-	}
-	if maxValues > 0 {
-		if _, over := argcheck.Values(args, maxValues); over {
-			return "", ErrTooManyValues
 		}
 	}
 	canon, err := Canonical(args)

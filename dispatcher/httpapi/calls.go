@@ -212,7 +212,7 @@ func (h *Handler) decodeCallRequest(w http.ResponseWriter, r *http.Request) (Cal
 		switch {
 		case errors.As(err, &tooMany):
 			writeError(w, windlass.CodeInvalidArguments, englishPrinter.Sprintf(
-				"the request body holds more than %d JSON values: more than the arguments of any tool of the fleet may hold (the most max_argument_values of its tools, with room for the rest of the request); it was not read", tooMany.Limit))
+				"the request body holds more than %d JSON values: more than the arguments of any tool of the fleet may hold (the most max_argument_values of its tools) with 10,000 for the rest of the request (its metadata's values among them); it was not read", tooMany.Limit))
 		case errors.As(err, &tooLarge):
 			writeError(w, windlass.CodePayloadTooLarge, fmt.Sprintf("the request body is over the limit of %d bytes; send large inputs by reference", tooLarge.Limit))
 		case errors.Is(err, os.ErrDeadlineExceeded):

@@ -64,9 +64,15 @@
 // Bodies are bounded ([Config.MaxBodyBytes]) and decoded strictly: one
 // JSON object, sent as application/json (which a browser's cross-site form
 // cannot send), with exact (case-sensitive) field names, none unknown and
-// none given twice, and valid UTF-8 throughout, the arguments included
-// (a 400 invalid_call names the field and the rule), so that what a proxy
-// or an auditor reads in a body is what the fleet does.
+// none given twice, and valid UTF-8 throughout, no lone surrogate escape
+// ("\ud800"), the arguments included (a 400 invalid_call names the field
+// and the rule), so that what a proxy or an auditor reads in a body is
+// what the fleet does. The Go API and the MCP server take arguments with a
+// name given twice (the last counts) and a lone surrogate (as U+FFFD), as
+// encoding/json does. A call request's body is read whole and its JSON
+// values counted (see [dispatcher.Dispatcher.MaxArgumentValues]) before
+// it is decoded: a body both malformed and over a limit (its size, its
+// time) is answered for the limit.
 //
 // [Config.Extra] mounts more handlers on the same server, behind the same
 // key check, such as an MCP endpoint at /mcp.
