@@ -68,7 +68,9 @@ func CompileArguments(spec Spec) (*ArgumentsSchema, error) {
 //
 // Valid arguments of the usual schemas are seen valid without decoding
 // them; everything else is decoded and checked by the JSON Schema library,
-// which words the error.
+// which words the error. Arguments of more JSON values than the spec's
+// bound ([Spec.ArgumentValueLimit]) are refused, rule "values", before
+// anything decodes them.
 func (a *ArgumentsSchema) Validate(args json.RawMessage) error {
 	if noArguments(args) {
 		args = json.RawMessage("{}")
@@ -95,7 +97,7 @@ func (a *ArgumentsSchema) Validate(args json.RawMessage) error {
 	// The decoded value may share args' memory (argcheck.Decode); nothing
 	// built from it outlives this call but new strings.
 	v, ok := argcheck.Decode(args)
-	if !ok { // very deep: the standard decoder takes it
+	if !ok { // invalid JSON (or very deep): the standard decoder says what is wrong
 		var err error
 		if v, err = jsonschema.UnmarshalJSON(bytes.NewReader(args)); err != nil {
 			return a.refuse("$", "json", "arguments are not valid JSON: "+err.Error())
