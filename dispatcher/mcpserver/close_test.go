@@ -210,12 +210,7 @@ func TestCloseAnswersTheWaitingRequests(t *testing.T) {
 	h, url := serveHandler(t, mcpserver.Config{Dispatcher: d, Logger: slog.New(logs)})
 
 	c := &rawClient{url: url}
-	if code, body, err := c.post(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}`); err != nil || code != http.StatusOK {
-		t.Fatalf("initialize: %d %s %v", code, body, err)
-	}
-	if code, body, err := c.post(`{"jsonrpc":"2.0","method":"notifications/initialized"}`); err != nil || code != http.StatusAccepted {
-		t.Fatalf("notifications/initialized: %d %s %v", code, body, err)
-	}
+	c.open(t)
 	const n = 2
 	bodies := make(chan string, n)
 	for i := range n {
@@ -270,6 +265,20 @@ type rawClient struct {
 	sid string
 }
 
+// initialize is the raw client's initialize request.
+const initialize = `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}`
+
+// open opens the client's session: initialize, then initialized.
+func (c *rawClient) open(t *testing.T) {
+	t.Helper()
+	if code, body, err := c.post(initialize); err != nil || code != http.StatusOK {
+		t.Fatalf("initialize: %d %s %v", code, body, err)
+	}
+	if code, body, err := c.post(`{"jsonrpc":"2.0","method":"notifications/initialized"}`); err != nil || code != http.StatusAccepted {
+		t.Fatalf("notifications/initialized: %d %s %v", code, body, err)
+	}
+}
+
 // post sends one JSON-RPC message and reads the whole answer.
 func (c *rawClient) post(body string) (int, string, error) {
 	req, err := http.NewRequest(http.MethodPost, c.url, strings.NewReader(body))
@@ -311,12 +320,7 @@ func TestAClosedHandlerTakesNoNewRequest(t *testing.T) {
 	d := f.Dispatcher(dispatcher.Config{})
 	h, url := serveHandler(t, mcpserver.Config{Dispatcher: d})
 	c := &rawClient{url: url}
-	if code, body, err := c.post(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}`); err != nil || code != http.StatusOK {
-		t.Fatalf("initialize: %d %s %v", code, body, err)
-	}
-	if code, body, err := c.post(`{"jsonrpc":"2.0","method":"notifications/initialized"}`); err != nil || code != http.StatusAccepted {
-		t.Fatalf("notifications/initialized: %d %s %v", code, body, err)
-	}
+	c.open(t)
 	_ = h.Close()
 
 	const id = "after_close_1"
@@ -325,7 +329,7 @@ func TestAClosedHandlerTakesNoNewRequest(t *testing.T) {
 		t.Errorf("tools/call after Close: %d %s %v; want 503", code, body, err)
 	}
 	fresh := &rawClient{url: url}
-	code, body, err = fresh.post(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}`)
+	code, body, err = fresh.post(initialize)
 	if err != nil || code != http.StatusServiceUnavailable || fresh.sid != "" {
 		t.Errorf("initialize after Close: %d %s %v, session %q; want 503 and no session", code, body, err, fresh.sid)
 	}
