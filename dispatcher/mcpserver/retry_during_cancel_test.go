@@ -27,34 +27,17 @@ import (
 func TestARetryInItsSubmitIsNotCanceledByAnotherClient(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t)
-	started := make(chan string, 8)
-	release := make(chan struct{})
-	work := windlass.MustFunc("work", func(ctx context.Context, in struct {
-		N int `json:"n,omitempty"`
-	}) (string, error) {
-		info, _ := windlass.CallInfoFromContext(ctx)
-		started <- info.ID
-		select {
-		case <-release:
-			return "done", nil
-		case <-ctx.Done():
-			return "", ctx.Err()
-		}
-	}, windlass.WithTimeout(10*time.Minute))
-	f.startWorker(worker.Config{}, work)
+	b := newBlockTool()
+	f.startWorker(worker.Config{}, b.tool("work"))
 	gate, d, logs, url := serveGated(t, f)
 
 	const id = "toolu_retry_1"
 	ctxA, cancelA := context.WithCancel(t.Context())
 	defer cancelA()
-	doneA := callInBackground(ctxA, connect(t, url, nil), "work", map[string]int{"n": 1}, mcp.Meta{mcpserver.MetaCallID: id})
-	select {
-	case <-started:
-	case <-time.After(30 * time.Second):
-		t.Fatal("call X never started")
-	}
+	doneA := callInBackground(ctxA, connect(t, url, nil), "work", nil, mcp.Meta{mcpserver.MetaCallID: id})
+	b.waitStarted(t, 1) // call X
 	gate.armed.Store(true)
-	doneB := callInBackground(t.Context(), connect(t, url, nil), "work", map[string]int{"n": 1}, mcp.Meta{mcpserver.MetaCallID: id})
+	doneB := callInBackground(t.Context(), connect(t, url, nil), "work", nil, mcp.Meta{mcpserver.MetaCallID: id})
 	select {
 	case <-gate.entered: // B joined, and is in its submit
 	case <-time.After(30 * time.Second):
@@ -66,7 +49,7 @@ func TestARetryInItsSubmitIsNotCanceledByAnotherClient(t *testing.T) {
 		return logs.has("mcpserver: call canceled", "call_id="+id) || logs.has("another request waits for the call", "call_id="+id)
 	})
 	close(gate.release)
-	close(release) // X may finish now, if it still runs
+	close(b.release) // X may finish now, if it still runs
 	oB := receive(t, doneB)
 	t.Logf("B: %v %q, %v", oB.res.Meta[mcpserver.MetaErrorCode], text(oB.res), oB.err)
 	st, err := d.Status(t.Context(), id)
@@ -85,25 +68,15 @@ func TestARetryInItsSubmitIsNotCanceledByAnotherClient(t *testing.T) {
 func TestASessionDeletedDuringTheSubmitCancelsTheCall(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t)
-	release := make(chan struct{})
-	defer close(release)
-	work := windlass.MustFunc("work", func(ctx context.Context, in struct {
-		N int `json:"n,omitempty"`
-	}) (string, error) {
-		select {
-		case <-release:
-			return "done", nil
-		case <-ctx.Done():
-			return "", ctx.Err()
-		}
-	}, windlass.WithTimeout(10*time.Minute))
-	f.startWorker(worker.Config{}, work)
+	b := newBlockTool()
+	defer close(b.release)
+	f.startWorker(worker.Config{}, b.tool("work"))
 	gate, d, logs, url := serveGated(t, f)
 
 	const id = "toolu_deleted_in_submit"
 	cs := connect(t, url, nil)
 	gate.armed.Store(true)
-	done := callInBackground(t.Context(), cs, "work", map[string]int{"n": 1}, mcp.Meta{mcpserver.MetaCallID: id})
+	done := callInBackground(t.Context(), cs, "work", nil, mcp.Meta{mcpserver.MetaCallID: id})
 	select {
 	case <-gate.entered:
 	case <-time.After(30 * time.Second):
