@@ -61,7 +61,7 @@ func (w *Worker) admitGated(d *delivery) (outcome, bool) {
 	// Arguments by reference are fetched once the release is proven
 	// genuine, to check they are the ones it approved.
 	var fetchErr error
-	rel, err := w.releases.AuthenticateWith(d.msg.Headers().Get(release.Header), call, func() (json.RawMessage, error) {
+	rel, err := w.releases.AuthenticateWithin(d.msg.Headers().Get(release.Header), call, t.spec.ArgumentValueLimit(), func() (json.RawMessage, error) {
 		if call.ArgumentsRef == nil {
 			return call.Arguments, nil
 		}

@@ -32,10 +32,10 @@ type gatedBench struct {
 	logs   *logLines
 }
 
-func newGatedBench(t *testing.T) *gatedBench {
+func newGatedBench(t *testing.T, opts ...windlass.FuncOption) *gatedBench {
 	t.Helper()
 	g := &gatedBench{bench: newBench(t), signer: newSigner(t), logs: &logLines{}}
-	g.tool = countingEcho(&g.runs, windlass.WithApproval())
+	g.tool = countingEcho(&g.runs, append([]windlass.FuncOption{windlass.WithApproval()}, opts...)...)
 	pub, err := release.ParsePublicKey(g.signer.PublicKey())
 	if err != nil {
 		t.Fatal(err)
@@ -231,6 +231,36 @@ func TestForgedGatedMessagesAreDroppedNotAnswered(t *testing.T) {
 		t.Errorf("Stats().Refused = %d, want %d", st.Refused, 2*len(forgeries)+1)
 	}
 	g.callsStreamEmpties()
+}
+
+// TestAReleaseOverItsToolsBoundIsRefusedUnhashed: a release signed for a
+// call, on a message whose arguments hold more JSON values than the tool
+// takes, is refused args_mismatch before its arguments are hashed (the
+// approval service holds, and its reviewers edit, only arguments within
+// the bound, so these are not the approved ones; hashing them canonically
+// would sort whatever a publisher sends). It is signed here over those
+// very arguments, so only the bound can refuse it: before the bound, the
+// worker hashed them, found them approved and answered the call.
+func TestAReleaseOverItsToolsBoundIsRefusedUnhashed(t *testing.T) {
+	t.Parallel()
+	g := newGatedBench(t, windlass.WithMaxArgumentValues(3))
+	over := json.RawMessage(`{"text":"pay bob","memo":"x","note":"y"}`) // 4 values
+	seq := g.publishGated(callBody(t, "pay-over", "echo", over), g.releaseOf(g.signer, "pay-over", over), "over")
+	rec := g.refusal(seq)
+	if rec.Reason != string(release.ReasonArgsMismatch) || !strings.Contains(rec.Detail, "more than 3 JSON values") {
+		t.Errorf("refusal %+v; want args_mismatch naming the bound of 3 values", rec)
+	}
+	g.noAnswerYet("a release over its tool's bound")
+	if n := g.runs.Load(); n != 0 {
+		t.Errorf("the gated tool ran %d times", n)
+	}
+
+	// Within the bound, a release signed the same way runs.
+	within := json.RawMessage(`{"text":"pay bob"}`)
+	g.publishGated(callBody(t, "pay-within", "echo", within), g.releaseOf(g.signer, "pay-within", within), g.signer.MessageID("pay-within"))
+	if r := g.result(10 * time.Second); r.IsError || r.Content != "pay bob" || r.CallID != "pay-within" {
+		t.Fatalf("the call within the bound: %+v", r)
+	}
 }
 
 // TestReleaseIsSingleUseWhenTheLedgerLosesItsEntry: a call's release used,

@@ -290,8 +290,21 @@ func (v *Verifier) Authenticate(header string, call windlass.ToolCall) (Release,
 // them only once the release is proven the approval service's for this
 // call, so a forged message costs no fetch. An error of args is returned
 // as it is, not as an *InvalidError: the release is genuine, and its
-// arguments could not be had.
+// arguments could not be had. It hashes arguments of any size; a worker
+// uses [Verifier.AuthenticateWithin] with its tool's bound.
 func (v *Verifier) AuthenticateWith(header string, call windlass.ToolCall, args func() (json.RawMessage, error)) (Release, error) {
+	return v.AuthenticateWithin(header, call, 0, args)
+}
+
+// AuthenticateWithin is [Verifier.AuthenticateWith] for arguments of at
+// most maxValues JSON values (no bound when it is not positive), the
+// tool's bound ([windlass.Spec.ArgumentValueLimit]): the approval service
+// held, and its reviewer edited, only arguments within it, so more are not
+// the approved ones and are refused [ReasonArgsMismatch] unhashed. A
+// genuine release copied onto a message of other arguments would
+// otherwise make the worker hash whatever that message holds (sorting a
+// million members takes hundreds of MiB) before it finds they differ.
+func (v *Verifier) AuthenticateWithin(header string, call windlass.ToolCall, maxValues int, args func() (json.RawMessage, error)) (Release, error) {
 	var r Release
 	if header == "" {
 		return r, invalid(ReasonNoRelease, "the call carries no release")
@@ -327,7 +340,10 @@ func (v *Verifier) AuthenticateWith(header string, call windlass.ToolCall, args 
 	if err != nil {
 		return r, err
 	}
-	got, err := ArgumentsHash(raw)
+	got, err := ArgumentsHashWithin(raw, maxValues)
+	if errors.Is(err, ErrTooManyValues) {
+		return r, invalid(ReasonArgsMismatch, "the arguments hold more than %d JSON values, the tool's bound: not the ones approved", maxValues)
+	}
 	if err != nil {
 		return r, invalid(ReasonArgsMismatch, "%v", err)
 	}
