@@ -3,6 +3,7 @@ package approval_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -10,11 +11,13 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/approval"
 	"github.com/windlass-dev/windlass/internal/fleettest"
 	"github.com/windlass-dev/windlass/internal/layout"
+	"github.com/windlass-dev/windlass/worker"
 )
 
 // TestHTMLArgumentsAreReleasedAsSubmitted: a gated call the dispatcher
@@ -144,11 +147,7 @@ func TestAHeldCallOfTooManyValuesIsNotDecoded(t *testing.T) {
 	f := newFleet(t, nil)
 	call := windlass.ToolCall{ID: "many-values", Name: "pay", Deadline: time.Now().Add(time.Hour),
 		Arguments: json.RawMessage(`{"to":"bob","amount":1,"memo":"a\nb","xs":[` + strings.Repeat("0,", 200_000) + `0]}`)}
-	data, _ := json.Marshal(call)
-	if _, err := f.JetStream().PublishMsg(t.Context(), &nats.Msg{Subject: layout.ApprovalSubject("pay"), Data: data,
-		Header: nats.Header{nats.MsgIdHdr: []string{call.ID}, layout.HeaderOrigin: []string{f.d.ID()}}}); err != nil {
-		t.Fatal(err)
-	}
+	f.publishApproval(call)
 	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
 	defer cancel()
 	if r, err := f.d.Wait(ctx, call.ID); err != nil || r.Code() != windlass.CodeInvalidArguments || !strings.Contains(r.Content, "max_argument_values, 100000") {
@@ -156,5 +155,86 @@ func TestAHeldCallOfTooManyValuesIsNotDecoded(t *testing.T) {
 	}
 	if h, err := f.svc.Get(t.Context(), call.ID); err == nil {
 		t.Errorf("the call is held: %+v", h.Status)
+	}
+}
+
+// TestACallOverTheDefaultBoundWaitsForItsToolsBound: a gated call of more
+// JSON values than the default bound, published straight onto the
+// approvals subject while the registry has no spec of its tool (Redis
+// restarted empty, its workers not advertised yet), is neither held (its
+// arguments would be hashed without a bound) nor refused (its tool may
+// take that many): it is delivered again until the registry has the
+// tool's own bound, then held. Before, the intake hashed arguments of any
+// size whenever the registry could not say.
+func TestACallOverTheDefaultBoundWaitsForItsToolsBound(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, nil)
+	call := windlass.ToolCall{ID: "bulk-pay", Name: "bulkpay", Deadline: time.Now().Add(time.Hour),
+		Arguments: json.RawMessage(`{"amounts":[` + strings.Repeat("1,", windlass.DefaultMaxArgumentValues) + `1]}`)}
+	f.publishApproval(call)
+
+	// Delivered twice: the intake left it for later, at least once.
+	fleettest.WaitFor(t, 15*time.Second, "the call delivered again", func() bool {
+		cons, err := f.JetStream().Consumer(t.Context(), layout.ApprovalsStream, approval.ConsumerName) // the service may not have made it yet
+		if err != nil {
+			return false
+		}
+		info, err := cons.Info(t.Context())
+		return err == nil && info.Delivered.Consumer >= 2
+	})
+	if h, err := f.svc.Get(t.Context(), call.ID); err == nil {
+		t.Fatalf("held while its tool's bound was unknown: %+v", h.Status)
+	}
+	results, err := f.JetStream().Stream(t.Context(), layout.ResultsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := results.GetLastMsgForSubject(t.Context(), layout.ResultByCall(call.ID)); !errors.Is(err, jetstream.ErrMsgNotFound) {
+		t.Fatalf("answered while its tool's bound was unknown (%v)", err)
+	}
+
+	// Its tool advertised, with a bound that takes it: held.
+	bulk := windlass.MustFunc("bulkpay", func(ctx context.Context, in struct {
+		Amounts []float64 `json:"amounts"`
+	}) (int, error) {
+		return len(in.Amounts), nil
+	}, windlass.WithApproval(), windlass.WithMaxArgumentValues(2*windlass.DefaultMaxArgumentValues))
+	f.StartWorker(worker.Config{}, bulk)
+	if h := f.held(call.ID); h.Status != approval.StatusPending || h.ArgsHash == "" {
+		t.Errorf("held as %+v; want pending with its arguments' hash", h.Status)
+	}
+}
+
+// TestACallOverTheDefaultBoundPastItsDeadlineIsAnsweredExpired: the same
+// call, its deadline reached while its tool's bound is still unknown, is
+// answered expired (nothing held or run), not delivered forever.
+func TestACallOverTheDefaultBoundPastItsDeadlineIsAnsweredExpired(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, nil)
+	call := windlass.ToolCall{ID: "bulk-late", Name: "bulkpay", Deadline: time.Now().Add(3 * time.Second),
+		Arguments: json.RawMessage(`{"amounts":[` + strings.Repeat("1,", windlass.DefaultMaxArgumentValues) + `1]}`)}
+	f.publishApproval(call)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	r, err := f.d.Wait(ctx, call.ID)
+	if err != nil || r.Code() != windlass.CodeExpired || !strings.Contains(r.Content, "could not be read") {
+		t.Errorf("caller got %v %.300q, %v; want expired saying the bound could not be read", r.Code(), r.Content, err)
+	}
+	if h, err := f.svc.Get(t.Context(), call.ID); err == nil {
+		t.Errorf("the call is held: %+v", h.Status)
+	}
+}
+
+// publishApproval publishes call straight onto its tool's approvals
+// subject, as a dispatcher would but past its checks.
+func (f *fleet) publishApproval(call windlass.ToolCall) {
+	f.t.Helper()
+	data, err := json.Marshal(call)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if _, err := f.JetStream().PublishMsg(f.t.Context(), &nats.Msg{Subject: layout.ApprovalSubject(call.Name), Data: data,
+		Header: nats.Header{nats.MsgIdHdr: []string{call.ID}, layout.HeaderOrigin: []string{f.d.ID()}}}); err != nil {
+		f.t.Fatal(err)
 	}
 }

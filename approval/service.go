@@ -452,16 +452,21 @@ func (s *Service) arguments(ctx context.Context, msg jetstream.Msg, call *windla
 }
 
 // argumentValueLimit is the bound on the JSON values of a call of tool as
-// the registry has it; none (0) when it cannot be read: the dispatcher
-// bounded the call's arguments when it accepted it, and only a publisher
-// that bypasses it sends more.
-func (s *Service) argumentValueLimit(ctx context.Context, tool string) int {
+// the registry has it, and whether the registry could say: when it cannot
+// (Redis unreachable, the tool's keys lost until its workers advertise
+// again), the bound is the default and known is false.
+func (s *Service) argumentValueLimit(ctx context.Context, tool string) (limit int, known bool) {
 	info, err := s.cfg.Registry.Lookup(ctx, tool)
 	if err != nil {
-		return 0
+		return windlass.DefaultMaxArgumentValues, false
 	}
-	return info.Spec.ArgumentValueLimit()
+	return info.Spec.ArgumentValueLimit(), true
 }
+
+// unknownBoundRetry is how long a call of more values than the default
+// bound waits before it is delivered again, while its tool's own bound
+// cannot be read.
+const unknownBoundRetry = 2 * time.Second
 
 // intake persists one gated call, then acks it.
 func (s *Service) intake(ctx context.Context, msg jetstream.Msg) {
@@ -487,8 +492,26 @@ func (s *Service) intake(ctx context.Context, msg jetstream.Msg) {
 	if !ok {
 		return
 	}
-	limit := s.argumentValueLimit(ctx, call.Name)
+	// The arguments are counted against their tool's bound before they
+	// are hashed: the dispatcher bounded them when it accepted the call,
+	// but a publisher that bypasses it can send any number. While the
+	// registry cannot give the tool's bound, the default bounds the hash;
+	// a call over it may be within its tool's own, so it is neither held
+	// nor refused on a guess but delivered again later.
+	limit, known := s.argumentValueLimit(ctx, call.Name)
 	argsHash, err := release.ArgumentsHashWithin(args, limit)
+	if errors.Is(err, release.ErrTooManyValues) && !known {
+		if !call.Deadline.IsZero() && !time.Now().Before(call.Deadline) {
+			s.answer(ctx, &HeldCall{ID: call.ID, Tool: call.Name, call: &call, origin: msg.Headers().Get(layout.HeaderOrigin)},
+				windlass.CodeExpired, fmt.Sprintf("The call to %q reached its deadline before the approval service could hold it: its arguments hold more than %d JSON values (the default bound) and its tool's own bound could not be read. Nothing was held or run.", call.Name, limit))
+			_ = msg.Term()
+			return
+		}
+		log.WarnContext(ctx, "approval: the gated call's arguments hold more JSON values than the default bound and its tool's own bound cannot be read now; delivering it again later",
+			"call_id", call.ID, "tool", call.Name, "default_bound", limit)
+		_ = msg.NakWithDelay(unknownBoundRetry)
+		return
+	}
 	if err != nil {
 		log.WarnContext(ctx, "approval: the gated call's arguments cannot be hashed; terminating it", "call_id", call.ID, "error", err)
 		if errors.Is(err, release.ErrTooManyValues) {
