@@ -198,6 +198,11 @@ func dropped(reason release.Reason, detail string) outcome {
 // without running it (an answer stored before stays the call's: the first
 // wins); a call without a deadline is asked about until shutdown, when it
 // is handed back, as is any.
+//
+// A redelivery without an answer that comes soon after the worker's own
+// reconnect may be of a call another worker still holds, its in-progress
+// acks cut off by the same outage: its answer is looked for a little
+// longer before the call runs again (see reconnects).
 func (w *Worker) alreadyAnswered(d *delivery) (outcome, bool) {
 	if d.released || d.call.Attempt == 1 {
 		return outcome{}, false
@@ -214,7 +219,7 @@ func (w *Worker) alreadyAnswered(d *delivery) (outcome, bool) {
 		return handedBack(what, err), true
 	case err != nil:
 		return outcome{}, false // past its deadline: answered timeout, not run (refuse)
-	case !answered:
+	case !answered && !w.answeredAfterReconnect(d):
 		return outcome{}, false
 	}
 	w.freeSlotOf(d) // its earlier worker may have been lost before it freed the slot

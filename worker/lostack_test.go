@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"encoding/json"
+	"log/slog"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -68,5 +69,69 @@ func TestALostAckKeepsTheStoredResultsObjects(t *testing.T) {
 	}
 	if s := w.Stats(); s.DuplicateResults != 0 || s.Completed != 1 {
 		t.Errorf("stats %+v; want 1 completed, no duplicate answer: the duplicate was this answer", s)
+	}
+}
+
+// TestARedeliveryJustAfterAReconnectWaitsForItsHoldersAnswer: a call is
+// held by a worker cut off by an outage (here the test's own pull, which
+// hands it back), and the worker that gets it again has just reconnected
+// itself: the holder's answer, stored a moment later, is the call's, and
+// the second worker acks the call unrun. Before, it ran the call at once
+// on finding no answer: a NATS restart made tools run again (the fault
+// suite's "re-executed").
+func TestARedeliveryJustAfterAReconnectWaitsForItsHoldersAnswer(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	cons := b.createConsumer("echo", 30*time.Second)
+	const id = "held-elsewhere"
+	seq := b.publishSeq(windlass.ToolCall{ID: id, Name: "echo", Arguments: json.RawMessage(`{"text":"again"}`)})
+	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder, ok := <-batch.Messages()
+	if !ok {
+		t.Fatalf("the holder got no delivery (%v)", batch.Error())
+	}
+
+	// The second worker's connection comes back (a long reconnect delay, so
+	// that its settle window outlasts a loaded machine's pauses).
+	var runs atomic.Int64
+	nc := b.nats.Connect(t, nats.ReconnectWait(20*time.Second))
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &logLines{}
+	w, _ := b.start(worker.Config{JetStream: js, Logger: slog.New(logs)}, countingEcho(&runs))
+	if err := nc.ForceReconnect(); err != nil {
+		t.Fatal(err)
+	}
+	fleettest.WaitFor(t, 10*time.Second, "the worker reconnected and pulling", func() bool {
+		if nc.Stats().Reconnects == 0 || !nc.IsConnected() {
+			return false
+		}
+		info, err := cons.Info(t.Context())
+		return err == nil && info.NumWaiting > 0
+	})
+
+	// The call comes to it again while the holder's answer is on its way.
+	if err := holder.Nak(); err != nil {
+		t.Fatal(err)
+	}
+	fleettest.WaitFor(t, 10*time.Second, "the worker looked for the call's answer and found none", func() bool {
+		return logs.contains("may still hold it") || runs.Load() > 0
+	})
+	b.publishResult(windlass.ToolResult{CallID: id, Content: "the holder's answer", Attempt: 1, Worker: "holder"})
+
+	b.callGone("echo", seq)
+	if n := runs.Load(); n != 0 {
+		t.Errorf("the tool ran %d times; its holder answered it", n)
+	}
+	if s := w.Stats(); s.AlreadyAnswered != 1 {
+		t.Errorf("stats %+v; want the redelivery acked as already answered", s)
+	}
+	if r, ok := b.storedResult(id); !ok || r.Content != "the holder's answer" {
+		t.Errorf("stored answer %+v (found %v); want the holder's", r, ok)
 	}
 }

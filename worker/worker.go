@@ -257,15 +257,16 @@ type Worker struct {
 	order   []string
 	started bool
 
-	slots    chan struct{}    // process-wide concurrency
-	rates    *limits.Enforcer // the tools' execution rates; nil without a registry
-	waiters  sync.WaitGroup   // the goroutines of calls waiting for their turn under a rate
-	handlers *handlers        // takes calls in and settles them
-	pipe     *resultPipe      // stores answers; set by Run
-	guards   []guard          // the intake's checks, in order (see intake)
-	beats    beats            // the running calls' heartbeats, one ticker for all
-	held     heldMessages     // the call messages delivered here and not yet settled
-	stats    stats
+	slots      chan struct{}    // process-wide concurrency
+	rates      *limits.Enforcer // the tools' execution rates; nil without a registry
+	waiters    sync.WaitGroup   // the goroutines of calls waiting for their turn under a rate
+	handlers   *handlers        // takes calls in and settles them
+	pipe       *resultPipe      // stores answers; set by Run
+	guards     []guard          // the intake's checks, in order (see intake)
+	beats      beats            // the running calls' heartbeats, one ticker for all
+	held       heldMessages     // the call messages delivered here and not yet settled
+	reconnects reconnects       // when the NATS connection last came back
+	stats      stats
 
 	tracer  telemetry.Tracer
 	metrics *telemetry.WorkerMetrics // nil: metrics off
@@ -370,6 +371,8 @@ func (w *Worker) Run(ctx context.Context) (err error) {
 	if err := w.openStores(ctx, tools); err != nil {
 		return err
 	}
+	stopReconnects := w.reconnects.follow(w.cfg.JetStream.Conn())
+	defer stopReconnects()
 	stopFollowing, err := w.cancels.follow(ctx, w.cfg.JetStream, log)
 	if err != nil {
 		return err

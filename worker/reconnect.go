@@ -1,0 +1,101 @@
+package worker
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// reconnects remembers when the worker's NATS connection last came back.
+//
+// A call is redelivered when its worker's in-progress acks stop reaching
+// the server for an ack wait. A worker that is alive and merely cut off
+// (a NATS restart, a leader change, a network blip) sends none while the
+// link is down, so the server may hand its call to another worker right
+// after the outage, while the first still holds the call and its answer:
+// its answer reaches the results stream only once its own connection is
+// back, moments later. A worker that takes a redelivered call without an
+// answer soon after its own reconnect therefore waits that long for the
+// answer before it runs the call again (see answeredAfterReconnect); a
+// redelivery at any other time means its earlier worker was lost, and is
+// run at once.
+type reconnects struct {
+	at     atomic.Int64  // unix nanoseconds of the last reconnect; 0: none
+	settle time.Duration // how long after a reconnect a redelivery may be a live worker's call
+}
+
+// reconnectMargin is added to the connection's reconnect delay in the
+// settle window: the time for the other worker, back on its connection,
+// to flush the answer it buffered and for the stream to store it.
+const reconnectMargin = 500 * time.Millisecond
+
+// follow records the connection's reconnects until the returned stop is
+// called. The other workers of the fleet are assumed to reconnect as this
+// one does: within its reconnect delay and jitter of each other.
+func (r *reconnects) follow(nc *nats.Conn) (stop func()) {
+	jitter := nc.Opts.ReconnectJitter
+	if nc.Opts.Secure || nc.Opts.TLSConfig != nil {
+		jitter = nc.Opts.ReconnectJitterTLS
+	}
+	r.settle = nc.Opts.ReconnectWait + jitter + reconnectMargin
+	ch := nc.StatusChanged(nats.CONNECTED)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range ch {
+			r.at.Store(time.Now().UnixNano())
+		}
+	}()
+	return func() {
+		nc.RemoveStatusListener(ch) // closes ch
+		<-done
+	}
+}
+
+// settling returns when the settle window of the latest reconnect ends,
+// and false when there is none open now.
+func (r *reconnects) settling(now time.Time) (until time.Time, ok bool) {
+	at := r.at.Load()
+	if at == 0 {
+		return time.Time{}, false
+	}
+	until = time.Unix(0, at).Add(r.settle)
+	return until, now.Before(until)
+}
+
+// settlePoll is how often the answer of a redelivered call is looked for
+// during a settle window.
+const settlePoll = 100 * time.Millisecond
+
+// answeredAfterReconnect reports whether a redelivered call found without
+// an answer gets one before the settle window of the worker's latest
+// reconnect ends (or the call's deadline, or the worker's shutdown); the
+// heartbeat keeps its message meanwhile. Outside a window it reports
+// false at once.
+func (w *Worker) answeredAfterReconnect(d *delivery) bool {
+	until, ok := w.reconnects.settling(time.Now())
+	if !ok {
+		return false
+	}
+	if dl := d.call.Deadline; !dl.IsZero() && dl.Before(until) {
+		until = dl
+	}
+	ctx, cancel := context.WithDeadline(d.ctx, until)
+	defer cancel()
+	d.logger().InfoContext(ctx, "worker: a redelivered call came soon after a reconnect; waiting for the answer of a worker that may still hold it",
+		"until", until)
+	t := time.NewTicker(settlePoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+		}
+		if _, answered, err := w.storedResult(ctx, d.call.ID); err == nil && answered {
+			return true
+		}
+	}
+}
