@@ -135,6 +135,11 @@ func (w *Worker) unanswered(d *delivery, rel release.Release, fresh bool) (outco
 		stored, answered, err = w.storedResult(ctx, d.call.ID)
 		return err
 	})
+	if err == nil && !answered && !fresh {
+		// A redelivery of this very message, perhaps of a worker that
+		// still holds it after an outage (see reconnects).
+		answered = w.answeredAfterReconnect(d)
+	}
 	switch {
 	case err != nil:
 		return handedBack(what, err), true

@@ -34,14 +34,28 @@ type gatedBench struct {
 
 func newGatedBench(t *testing.T, opts ...windlass.FuncOption) *gatedBench {
 	t.Helper()
+	g := unstartedGatedBench(t, opts...)
+	g.w, _ = g.start(g.workerConfig(), g.tool)
+	return g
+}
+
+// unstartedGatedBench is newGatedBench without its worker.
+func unstartedGatedBench(t *testing.T, opts ...windlass.FuncOption) *gatedBench {
+	t.Helper()
 	g := &gatedBench{bench: newBench(t), signer: newSigner(t), logs: &logLines{}}
 	g.tool = countingEcho(&g.runs, append([]windlass.FuncOption{windlass.WithApproval()}, opts...)...)
+	return g
+}
+
+// workerConfig is the config of the bench's worker: it trusts the bench's
+// signer and logs to g.logs.
+func (g *gatedBench) workerConfig() worker.Config {
+	g.t.Helper()
 	pub, err := release.ParsePublicKey(g.signer.PublicKey())
 	if err != nil {
-		t.Fatal(err)
+		g.t.Fatal(err)
 	}
-	g.w, _ = g.start(worker.Config{Releases: release.NewVerifier(pub), Logger: slog.New(g.logs)}, g.tool)
-	return g
+	return worker.Config{Releases: release.NewVerifier(pub), Logger: slog.New(g.logs)}
 }
 
 // logged reports whether the worker logged a line containing s.

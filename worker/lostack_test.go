@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/windlass-dev/windlass"
+	"github.com/windlass-dev/windlass/approval/release"
 	"github.com/windlass-dev/windlass/internal/fleettest"
 	"github.com/windlass-dev/windlass/internal/layout"
 	"github.com/windlass-dev/windlass/internal/payload"
@@ -85,43 +86,11 @@ func TestARedeliveryJustAfterAReconnectWaitsForItsHoldersAnswer(t *testing.T) {
 	cons := b.createConsumer("echo", 30*time.Second)
 	const id = "held-elsewhere"
 	seq := b.publishSeq(windlass.ToolCall{ID: id, Name: "echo", Arguments: json.RawMessage(`{"text":"again"}`)})
-	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(10*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	holder, ok := <-batch.Messages()
-	if !ok {
-		t.Fatalf("the holder got no delivery (%v)", batch.Error())
-	}
-
-	// The second worker's connection comes back (a long reconnect delay, so
-	// that its settle window outlasts a loaded machine's pauses).
+	holder := b.hold(cons)
 	var runs atomic.Int64
-	nc := b.nats.Connect(t, nats.ReconnectWait(20*time.Second))
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	logs := &logLines{}
-	w, _ := b.start(worker.Config{JetStream: js, Logger: slog.New(logs)}, countingEcho(&runs))
-	if err := nc.ForceReconnect(); err != nil {
-		t.Fatal(err)
-	}
-	fleettest.WaitFor(t, 10*time.Second, "the worker reconnected and pulling", func() bool {
-		if nc.Stats().Reconnects == 0 || !nc.IsConnected() {
-			return false
-		}
-		info, err := cons.Info(t.Context())
-		return err == nil && info.NumWaiting > 0
-	})
-
-	// The call comes to it again while the holder's answer is on its way.
-	if err := holder.Nak(); err != nil {
-		t.Fatal(err)
-	}
-	fleettest.WaitFor(t, 10*time.Second, "the worker looked for the call's answer and found none", func() bool {
-		return logs.contains("may still hold it") || runs.Load() > 0
-	})
+	w := b.reconnectedWorker(cons, worker.Config{Logger: slog.New(logs)}, countingEcho(&runs))
+	b.redeliverWhileHeld(holder, logs, &runs)
 	b.publishResult(windlass.ToolResult{CallID: id, Content: "the holder's answer", Attempt: 1, Worker: "holder"})
 
 	b.callGone("echo", seq)
@@ -134,4 +103,91 @@ func TestARedeliveryJustAfterAReconnectWaitsForItsHoldersAnswer(t *testing.T) {
 	if r, ok := b.storedResult(id); !ok || r.Content != "the holder's answer" {
 		t.Errorf("stored answer %+v (found %v); want the holder's", r, ok)
 	}
+}
+
+// TestARedeliveredReleaseJustAfterAReconnectWaitsForItsHoldersAnswer: the
+// same for a released call, its release claimed in the ledger by the
+// message's holder: the redelivery of that very message waits for the
+// holder's answer and is acked unrun, not run a second time.
+func TestARedeliveredReleaseJustAfterAReconnectWaitsForItsHoldersAnswer(t *testing.T) {
+	t.Parallel()
+	g := unstartedGatedBench(t)
+	cons := g.createConsumer("echo", 30*time.Second)
+	const id = "pay-held"
+	args := json.RawMessage(`{"text":"pay bob"}`)
+	seq := g.publishGated(callBody(t, id, "echo", args), g.releaseOf(g.signer, id, args), g.signer.MessageID(id))
+	holder := g.hold(cons)
+	kv, err := layout.EnsureReleases(t.Context(), g.js, layout.StreamOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fresh, err := release.NewLedger(kv).Claim(t.Context(), id, seq, time.Now().Add(time.Minute)); err != nil || !fresh {
+		t.Fatalf("the holder's claim: fresh %v, %v", fresh, err)
+	}
+	g.w = g.reconnectedWorker(cons, g.workerConfig(), g.tool)
+	g.redeliverWhileHeld(holder, g.logs, &g.runs)
+	g.publishResult(windlass.ToolResult{CallID: id, Content: "paid by the holder", Attempt: 1, Worker: "holder"})
+
+	g.callGone("echo", seq)
+	if n := g.runs.Load(); n != 0 {
+		t.Errorf("the gated tool ran %d times; its holder answered it", n)
+	}
+	if s := g.w.Stats(); s.AlreadyAnswered != 1 {
+		t.Errorf("stats %+v; want the redelivery acked as already answered", s)
+	}
+}
+
+// hold pulls the next call from cons as a worker that keeps it would, and
+// returns its message.
+func (b *bench) hold(cons jetstream.Consumer) jetstream.Msg {
+	b.t.Helper()
+	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(10*time.Second))
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	m, ok := <-batch.Messages()
+	if !ok {
+		b.t.Fatalf("the holder got no delivery (%v)", batch.Error())
+	}
+	return m
+}
+
+// reconnectedWorker starts a worker with cfg and tool whose connection
+// has just come back (forced to reconnect, with a long reconnect delay so
+// that its settle window outlasts a loaded machine's pauses), pulling from
+// cons again.
+func (b *bench) reconnectedWorker(cons jetstream.Consumer, cfg worker.Config, tool windlass.Tool) *worker.Worker {
+	b.t.Helper()
+	nc := b.nats.Connect(b.t, nats.ReconnectWait(20*time.Second))
+	js, err := jetstream.New(nc)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	cfg.JetStream = js
+	w, _ := b.start(cfg, tool)
+	if err := nc.ForceReconnect(); err != nil {
+		b.t.Fatal(err)
+	}
+	fleettest.WaitFor(b.t, 10*time.Second, "the worker reconnected and pulling", func() bool {
+		if nc.Stats().Reconnects == 0 || !nc.IsConnected() {
+			return false
+		}
+		info, err := cons.Info(b.t.Context())
+		return err == nil && info.NumWaiting > 0
+	})
+	return w
+}
+
+// redeliverWhileHeld hands the holder's call back, so that it is
+// delivered to the worker again while (as far as the worker can tell) its
+// holder may still answer it, and waits until the worker has looked for
+// that answer and not found it (or, as before, ran the call).
+func (b *bench) redeliverWhileHeld(holder jetstream.Msg, logs *logLines, runs *atomic.Int64) {
+	b.t.Helper()
+	if err := holder.Nak(); err != nil {
+		b.t.Fatal(err)
+	}
+	fleettest.WaitFor(b.t, 10*time.Second, "the worker looked for the call's answer and found none", func() bool {
+		return logs.contains("may still hold it") || runs.Load() > 0
+	})
 }
