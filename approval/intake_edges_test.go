@@ -225,6 +225,29 @@ func TestACallOverTheDefaultBoundPastItsDeadlineIsAnsweredExpired(t *testing.T) 
 	}
 }
 
+// TestACallOverTheDefaultBoundWithoutADeadlineExpiresWithItsWindow: the
+// same call without a deadline (only a publisher past the dispatcher sends
+// one) is answered expired once its tool's approval window has passed
+// since it was published, what it would have had if held at once: it is
+// not delivered again for ever. (Found by a review helper: before, nothing
+// ended the loop.)
+func TestACallOverTheDefaultBoundWithoutADeadlineExpiresWithItsWindow(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, map[string]approval.ToolPolicy{"bulkpay": {Window: 2 * time.Second}})
+	call := windlass.ToolCall{ID: "bulk-no-deadline", Name: "bulkpay",
+		Arguments: json.RawMessage(`{"amounts":[` + strings.Repeat("1,", windlass.DefaultMaxArgumentValues) + `1]}`)}
+	f.publishApproval(call)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	r, err := f.d.Wait(ctx, call.ID)
+	if err != nil || r.Code() != windlass.CodeExpired || !strings.Contains(r.Content, "approval window") {
+		t.Errorf("caller got %v %.300q, %v; want expired at the end of its approval window", r.Code(), r.Content, err)
+	}
+	if h, err := f.svc.Get(t.Context(), call.ID); err == nil {
+		t.Errorf("the call is held: %+v", h.Status)
+	}
+}
+
 // publishApproval publishes call straight onto its tool's approvals
 // subject, as a dispatcher would but past its checks.
 func (f *fleet) publishApproval(call windlass.ToolCall) {

@@ -463,6 +463,21 @@ func (s *Service) argumentValueLimit(ctx context.Context, tool string) (limit in
 	return info.Spec.ArgumentValueLimit(), true
 }
 
+// unheldExpiry is when a call the intake cannot hold yet expires: its
+// tool's approval window after the call was published, or its deadline if
+// sooner — what it would have had, held at once.
+func (s *Service) unheldExpiry(call windlass.ToolCall, msg jetstream.Msg) time.Time {
+	published := time.Now()
+	if meta, err := msg.Metadata(); err == nil {
+		published = meta.Timestamp
+	}
+	expires := published.Add(s.policy(call.Name).Window)
+	if !call.Deadline.IsZero() && call.Deadline.Before(expires) {
+		expires = call.Deadline
+	}
+	return expires
+}
+
 // unknownBoundRetry is how long a call of more values than the default
 // bound waits before it is delivered again, while its tool's own bound
 // cannot be read.
@@ -501,9 +516,9 @@ func (s *Service) intake(ctx context.Context, msg jetstream.Msg) {
 	limit, known := s.argumentValueLimit(ctx, call.Name)
 	argsHash, err := release.ArgumentsHashWithin(args, limit)
 	if errors.Is(err, release.ErrTooManyValues) && !known {
-		if !call.Deadline.IsZero() && !time.Now().Before(call.Deadline) {
+		if !time.Now().Before(s.unheldExpiry(call, msg)) {
 			s.answer(ctx, &HeldCall{ID: call.ID, Tool: call.Name, call: &call, origin: msg.Headers().Get(layout.HeaderOrigin)},
-				windlass.CodeExpired, fmt.Sprintf("The call to %q reached its deadline before the approval service could hold it: its arguments hold more than %d JSON values (the default bound) and its tool's own bound could not be read. Nothing was held or run.", call.Name, limit))
+				windlass.CodeExpired, fmt.Sprintf("The call to %q reached the end of its approval window before the approval service could hold it: its arguments hold more than %d JSON values (the default bound) and its tool's own bound could not be read. Nothing was held or run.", call.Name, limit))
 			_ = msg.Term()
 			return
 		}

@@ -61,7 +61,7 @@ func (w *Worker) admitGated(d *delivery) (outcome, bool) {
 	// Arguments by reference are fetched once the release is proven
 	// genuine, to check they are the ones it approved.
 	var fetchErr error
-	rel, err := w.releases.AuthenticateWithin(d.msg.Headers().Get(release.Header), call, t.spec.ArgumentValueLimit(), func() (json.RawMessage, error) {
+	rel, err := w.releases.AuthenticateWithin(d.msg.Headers().Get(release.Header), call, t.boundFor, func() (json.RawMessage, error) {
 		if call.ArgumentsRef == nil {
 			return call.Arguments, nil
 		}
@@ -138,7 +138,10 @@ func (w *Worker) unanswered(d *delivery, rel release.Release, fresh bool) (outco
 	if err == nil && !answered && !fresh {
 		// A redelivery of this very message, perhaps of a worker that
 		// still holds it after an outage (see reconnects).
-		answered = w.answeredAfterReconnect(d)
+		var interrupted bool
+		if answered, interrupted = w.answeredAfterReconnect(d); interrupted {
+			return handedBack(settleInterrupted, d.ctx.Err()), true
+		}
 	}
 	switch {
 	case err != nil:
@@ -213,4 +216,14 @@ func (w *Worker) storedResult(ctx context.Context, callID string) (windlass.Tool
 	var r windlass.ToolResult
 	_ = wirejson.Decode(data, &r) // a result that does not decode is a result all the same
 	return r, true, nil
+}
+
+// boundFor is the bound on the JSON values of the arguments a release
+// approved: the tool's, when the release was signed for the spec this
+// worker serves; none otherwise (see release.Verifier.AuthenticateWithin).
+func (t *registered) boundFor(r release.Release) int {
+	if r.SpecHash != t.hash {
+		return 0
+	}
+	return t.spec.ArgumentValueLimit()
 }

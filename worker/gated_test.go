@@ -277,6 +277,40 @@ func TestAReleaseOverItsToolsBoundIsRefusedUnhashed(t *testing.T) {
 	}
 }
 
+// TestAReleaseOfAnotherSpecIsAnsweredSpecMismatch: a call approved while
+// its tool took 10 JSON values (the release signs that spec's hash), with
+// 4, reaches a worker of the tool redeployed with a bound of 3. The tool
+// changed: its caller is told spec_mismatch. The worker's own bound is not
+// the one the arguments were approved under, so it does not refuse them
+// as args_mismatch ("not the ones approved": they are) and leave the call
+// unanswered. (Found by a review helper.)
+func TestAReleaseOfAnotherSpecIsAnsweredSpecMismatch(t *testing.T) {
+	t.Parallel()
+	g := newGatedBench(t, windlass.WithMaxArgumentValues(3))
+	old := countingEcho(new(atomic.Int64), windlass.WithApproval(), windlass.WithMaxArgumentValues(10)).Spec()
+	args := json.RawMessage(`{"text":"pay bob","memo":"x","note":"y"}`) // 4 values: within the old bound
+	hash, err := release.ArgumentsHash(args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hdr, err := g.signer.Sign(release.Release{CallID: "pay-old-spec", Tool: "echo", SpecHash: old.Hash(), ArgsHash: hash,
+		ExpiresAt: time.Now().Add(time.Minute), ApprovedBy: []string{"alice"}, Origin: origin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := json.Marshal(windlass.ToolCall{ID: "pay-old-spec", Name: "echo", Arguments: args, SpecHash: old.Hash()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.publishGated(body, hdr, g.signer.MessageID("pay-old-spec"))
+	if r := g.result(10 * time.Second); r.Code() != windlass.CodeSpecMismatch {
+		t.Errorf("answered %v %q; want spec_mismatch", r.Code(), r.Content)
+	}
+	if n := g.runs.Load(); n != 0 {
+		t.Errorf("the gated tool ran %d times", n)
+	}
+}
+
 // TestReleaseIsSingleUseWhenTheLedgerLosesItsEntry: a call's release used,
 // then its ledger entry deleted (a bucket restored from an old snapshot,
 // an operator's purge), then the exact released message replayed under a

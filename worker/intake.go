@@ -219,8 +219,12 @@ func (w *Worker) alreadyAnswered(d *delivery) (outcome, bool) {
 		return handedBack(what, err), true
 	case err != nil:
 		return outcome{}, false // past its deadline: answered timeout, not run (refuse)
-	case !answered && !w.answeredAfterReconnect(d):
-		return outcome{}, false
+	case !answered:
+		if settled, interrupted := w.answeredAfterReconnect(d); interrupted {
+			return handedBack(settleInterrupted, d.ctx.Err()), true
+		} else if !settled {
+			return outcome{}, false
+		}
 	}
 	w.freeSlotOf(d) // its earlier worker may have been lost before it freed the slot
 	return ackedUnrun(countAlreadyAnswered, "worker: redelivered call already answered; acking without running"), true

@@ -89,7 +89,7 @@ func TestARedeliveryJustAfterAReconnectWaitsForItsHoldersAnswer(t *testing.T) {
 	holder := b.hold(cons)
 	var runs atomic.Int64
 	logs := &logLines{}
-	w := b.reconnectedWorker(cons, worker.Config{Logger: slog.New(logs)}, countingEcho(&runs))
+	w, _ := b.reconnectedWorker(cons, worker.Config{Logger: slog.New(logs)}, countingEcho(&runs))
 	b.redeliverWhileHeld(holder, logs, &runs)
 	b.publishResult(windlass.ToolResult{CallID: id, Content: "the holder's answer", Attempt: 1, Worker: "holder"})
 
@@ -124,7 +124,7 @@ func TestARedeliveredReleaseJustAfterAReconnectWaitsForItsHoldersAnswer(t *testi
 	if fresh, err := release.NewLedger(kv).Claim(t.Context(), id, seq, time.Now().Add(time.Minute)); err != nil || !fresh {
 		t.Fatalf("the holder's claim: fresh %v, %v", fresh, err)
 	}
-	g.w = g.reconnectedWorker(cons, g.workerConfig(), g.tool)
+	g.w, _ = g.reconnectedWorker(cons, g.workerConfig(), g.tool)
 	g.redeliverWhileHeld(holder, g.logs, &g.runs)
 	g.publishResult(windlass.ToolResult{CallID: id, Content: "paid by the holder", Attempt: 1, Worker: "holder"})
 
@@ -134,6 +134,66 @@ func TestARedeliveredReleaseJustAfterAReconnectWaitsForItsHoldersAnswer(t *testi
 	}
 	if s := g.w.Stats(); s.AlreadyAnswered != 1 {
 		t.Errorf("stats %+v; want the redelivery acked as already answered", s)
+	}
+}
+
+// TestAHoldersAnswerPastTheDeadlineIsNotBeatenByATimeout: the deadline of
+// a redelivered call passes while the worker waits for its holder's
+// answer, which comes just after it. The wait goes on to the end of the
+// settle window: past its deadline the call cannot run again anyway, and
+// a timeout answered then ("the call's deadline passed before a worker
+// took it") would have been stored first and beaten the holder's real
+// answer. (Found by a review helper.)
+func TestAHoldersAnswerPastTheDeadlineIsNotBeatenByATimeout(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	cons := b.createConsumer("echo", 30*time.Second)
+	const id = "held-near-deadline"
+	deadline := time.Now().Add(5 * time.Second)
+	seq := b.publishSeq(windlass.ToolCall{ID: id, Name: "echo", Deadline: deadline, Arguments: json.RawMessage(`{"text":"again"}`)})
+	holder := b.hold(cons)
+	var runs atomic.Int64
+	logs := &logLines{}
+	b.reconnectedWorker(cons, worker.Config{Logger: slog.New(logs)}, countingEcho(&runs))
+	b.redeliverWhileHeld(holder, logs, &runs)
+	// The scenario itself: the holder answers once the deadline has passed
+	// (within the worker's 20.5 s settle window).
+	time.Sleep(time.Until(deadline) + 300*time.Millisecond)
+	ack := b.publishResult(windlass.ToolResult{CallID: id, Content: "the holder's answer", Attempt: 1, Worker: "holder"})
+
+	b.callGone("echo", seq)
+	if ack.Duplicate {
+		t.Errorf("the holder's answer was dropped as a duplicate: another answer was stored first")
+	}
+	if r, ok := b.storedResult(id); !ok || r.Content != "the holder's answer" {
+		t.Errorf("stored answer %v %q (found %v); want the holder's: the tool ran on the holder", r.Code(), r.Content, ok)
+	}
+	if n := runs.Load(); n != 0 {
+		t.Errorf("the tool ran %d times", n)
+	}
+}
+
+// TestAShutdownInTheSettleWindowHandsTheCallBack: a worker waiting for the
+// answer of a call held elsewhere is stopped, its shutdown grace (300 ms)
+// ending during the wait: the call is handed back, not run on a context
+// already canceled (a tool that does not watch its context would run its
+// effects a second time). (Found by a review helper.)
+func TestAShutdownInTheSettleWindowHandsTheCallBack(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	cons := b.createConsumer("echo", 30*time.Second)
+	b.publishSeq(windlass.ToolCall{ID: "held-at-shutdown", Name: "echo", Arguments: json.RawMessage(`{"text":"again"}`)})
+	holder := b.hold(cons)
+	var runs atomic.Int64
+	logs := &logLines{}
+	w, stop := b.reconnectedWorker(cons, worker.Config{Logger: slog.New(logs), ShutdownGrace: 300 * time.Millisecond}, countingEcho(&runs))
+	b.redeliverWhileHeld(holder, logs, &runs)
+	stop() // Run returns once the call is settled
+	if n := runs.Load(); n != 0 {
+		t.Errorf("the tool ran %d times while the worker shut down; its holder may still answer it", n)
+	}
+	if s := w.Stats(); s.Requeued != 1 {
+		t.Errorf("stats %+v; want the call handed back", s)
 	}
 }
 
@@ -156,7 +216,7 @@ func (b *bench) hold(cons jetstream.Consumer) jetstream.Msg {
 // has just come back (forced to reconnect, with a long reconnect delay so
 // that its settle window outlasts a loaded machine's pauses), pulling from
 // cons again.
-func (b *bench) reconnectedWorker(cons jetstream.Consumer, cfg worker.Config, tool windlass.Tool) *worker.Worker {
+func (b *bench) reconnectedWorker(cons jetstream.Consumer, cfg worker.Config, tool windlass.Tool) (w *worker.Worker, stop func()) {
 	b.t.Helper()
 	nc := b.nats.Connect(b.t, nats.ReconnectWait(20*time.Second))
 	js, err := jetstream.New(nc)
@@ -164,7 +224,7 @@ func (b *bench) reconnectedWorker(cons jetstream.Consumer, cfg worker.Config, to
 		b.t.Fatal(err)
 	}
 	cfg.JetStream = js
-	w, _ := b.start(cfg, tool)
+	w, stop = b.start(cfg, tool)
 	if err := nc.ForceReconnect(); err != nil {
 		b.t.Fatal(err)
 	}
@@ -175,7 +235,7 @@ func (b *bench) reconnectedWorker(cons jetstream.Consumer, cfg worker.Config, to
 		info, err := cons.Info(b.t.Context())
 		return err == nil && info.NumWaiting > 0
 	})
-	return w
+	return w, stop
 }
 
 // redeliverWhileHeld hands the holder's call back, so that it is

@@ -71,16 +71,16 @@ const settlePoll = 100 * time.Millisecond
 
 // answeredAfterReconnect reports whether a redelivered call found without
 // an answer gets one before the settle window of the worker's latest
-// reconnect ends (or the call's deadline, or the worker's shutdown); the
-// heartbeat keeps its message meanwhile. Outside a window it reports
-// false at once.
-func (w *Worker) answeredAfterReconnect(d *delivery) bool {
+// reconnect ends, the heartbeat keeping its message meanwhile; outside a
+// window it reports false at once. The call's deadline does not cut the
+// wait short: past it the call cannot run again anyway, and an answer of
+// timeout stored then would beat the holder's real one. interrupted
+// reports that the call's context ended first (the worker's shutdown
+// grace over): whether it was answered is not known.
+func (w *Worker) answeredAfterReconnect(d *delivery) (answered, interrupted bool) {
 	until, ok := w.reconnects.settling(time.Now())
 	if !ok {
-		return false
-	}
-	if dl := d.call.Deadline; !dl.IsZero() && dl.Before(until) {
-		until = dl
+		return false, false
 	}
 	ctx, cancel := context.WithDeadline(d.ctx, until)
 	defer cancel()
@@ -91,11 +91,15 @@ func (w *Worker) answeredAfterReconnect(d *delivery) bool {
 	for {
 		select {
 		case <-ctx.Done():
-			return false
+			return false, d.ctx.Err() != nil
 		case <-t.C:
 		}
 		if _, answered, err := w.storedResult(ctx, d.call.ID); err == nil && answered {
-			return true
+			return true, false
 		}
 	}
 }
+
+// settleInterrupted is the note of a call handed back because the worker
+// stopped while it waited for the answer of the call's holder.
+const settleInterrupted = "stopped while waiting for the answer of a worker that may still hold the call"

@@ -293,18 +293,22 @@ func (v *Verifier) Authenticate(header string, call windlass.ToolCall) (Release,
 // arguments could not be had. It hashes arguments of any size; a worker
 // uses [Verifier.AuthenticateWithin] with its tool's bound.
 func (v *Verifier) AuthenticateWith(header string, call windlass.ToolCall, args func() (json.RawMessage, error)) (Release, error) {
-	return v.AuthenticateWithin(header, call, 0, args)
+	return v.AuthenticateWithin(header, call, func(Release) int { return 0 }, args)
 }
 
 // AuthenticateWithin is [Verifier.AuthenticateWith] for arguments of at
-// most maxValues JSON values (no bound when it is not positive), the
-// tool's bound ([windlass.Spec.ArgumentValueLimit]): the approval service
-// held, and its reviewer edited, only arguments within it, so more are not
-// the approved ones and are refused [ReasonArgsMismatch] unhashed. A
-// genuine release copied onto a message of other arguments would
-// otherwise make the worker hash whatever that message holds (sorting a
-// million members takes hundreds of MiB) before it finds they differ.
-func (v *Verifier) AuthenticateWithin(header string, call windlass.ToolCall, maxValues int, args func() (json.RawMessage, error)) (Release, error) {
+// most maxValues(r) JSON values, r the genuine release (no bound when it
+// is not positive): the bound of the tool's spec the release was signed
+// for ([windlass.Spec.ArgumentValueLimit]), which the approval service
+// held, and its reviewer edited, the arguments within. More are not the
+// approved ones and are refused [ReasonArgsMismatch] unhashed. A genuine
+// release copied onto a message of other arguments would otherwise make
+// the worker hash whatever that message holds (sorting a million members
+// takes hundreds of MiB) before it finds they differ. A worker that knows
+// only its own spec's bound gives none for a release of another spec:
+// that call is answered spec_mismatch, and its arguments were approved
+// under a bound the worker cannot tell.
+func (v *Verifier) AuthenticateWithin(header string, call windlass.ToolCall, maxValues func(Release) int, args func() (json.RawMessage, error)) (Release, error) {
 	var r Release
 	if header == "" {
 		return r, invalid(ReasonNoRelease, "the call carries no release")
@@ -340,9 +344,10 @@ func (v *Verifier) AuthenticateWithin(header string, call windlass.ToolCall, max
 	if err != nil {
 		return r, err
 	}
-	got, err := ArgumentsHashWithin(raw, maxValues)
+	bound := maxValues(r)
+	got, err := ArgumentsHashWithin(raw, bound)
 	if errors.Is(err, ErrTooManyValues) {
-		return r, invalid(ReasonArgsMismatch, "the arguments hold more than %d JSON values, the tool's bound: not the ones approved", maxValues)
+		return r, invalid(ReasonArgsMismatch, "the arguments hold more than %d JSON values, the bound of the tool's spec the release was signed for: not the ones approved", bound)
 	}
 	if err != nil {
 		return r, invalid(ReasonArgsMismatch, "%v", err)
