@@ -89,14 +89,7 @@ func (b *bench) createConsumer(tool string, ackWait time.Duration) jetstream.Con
 // is then lost would: it never acks. It returns the delivery count.
 func (b *bench) takeAndLose(cons jetstream.Consumer, callID string) uint64 {
 	b.t.Helper()
-	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(10*time.Second))
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	m, ok := <-batch.Messages()
-	if !ok {
-		b.t.Fatalf("no delivery of %q within 10s (%v)", callID, batch.Error())
-	}
+	m := b.hold(cons)
 	var call windlass.ToolCall
 	if err := json.Unmarshal(m.Data(), &call); err != nil || call.ID != callID {
 		b.t.Fatalf("pulled %q, want call %q", m.Data(), callID)

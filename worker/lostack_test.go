@@ -207,7 +207,7 @@ func (b *bench) hold(cons jetstream.Consumer) jetstream.Msg {
 	}
 	m, ok := <-batch.Messages()
 	if !ok {
-		b.t.Fatalf("the holder got no delivery (%v)", batch.Error())
+		b.t.Fatalf("no delivery within 10s (%v)", batch.Error())
 	}
 	return m
 }
