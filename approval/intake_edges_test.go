@@ -217,8 +217,8 @@ func TestACallOverTheDefaultBoundPastItsDeadlineIsAnsweredExpired(t *testing.T) 
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	r, err := f.d.Wait(ctx, call.ID)
-	if err != nil || r.Code() != windlass.CodeExpired || !strings.Contains(r.Content, "could not be read") {
-		t.Errorf("caller got %v %.300q, %v; want expired saying the bound could not be read", r.Code(), r.Content, err)
+	if err != nil || r.Code() != windlass.CodeExpired || !strings.Contains(r.Content, "not in the registry") {
+		t.Errorf("caller got %v %.300q, %v; want expired saying its tool was not in the registry", r.Code(), r.Content, err)
 	}
 	if h, err := f.svc.Get(t.Context(), call.ID); err == nil {
 		t.Errorf("the call is held: %+v", h.Status)
@@ -260,4 +260,82 @@ func (f *fleet) publishApproval(call windlass.ToolCall) {
 		Header: nats.Header{nats.MsgIdHdr: []string{call.ID}, layout.HeaderOrigin: []string{f.d.ID()}}}); err != nil {
 		f.t.Fatal(err)
 	}
+}
+
+// TestAMessageOverTheDefaultBoundDoesNotAnswerAHeldCall: a call of a
+// tool the registry has no spec of, within the default bound, is held. A
+// second message on the approvals subject with its id, more JSON values
+// than the default bound and a deadline already past (any publisher on
+// windlass.approval.* may send one) changes nothing of it (row 17): it is
+// not answered expired for the held call's caller. (Found by a review
+// helper.)
+func TestAMessageOverTheDefaultBoundDoesNotAnswerAHeldCall(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, nil)
+	real := windlass.ToolCall{ID: "bulk-held", Name: "bulkpay", Deadline: time.Now().Add(time.Hour),
+		Arguments: json.RawMessage(`{"amounts":[1,2,3]}`)}
+	f.publishApproval(real)
+	if h := f.held(real.ID); h.Status != approval.StatusPending {
+		t.Fatalf("the real call: %+v", h.Status)
+	}
+
+	forged := windlass.ToolCall{ID: real.ID, Name: "bulkpay", Deadline: time.Now().Add(-time.Second),
+		Arguments: json.RawMessage(`{"amounts":[` + strings.Repeat("1,", windlass.DefaultMaxArgumentValues) + `1]}`)}
+	data, err := json.Marshal(forged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.JetStream().PublishMsg(t.Context(), &nats.Msg{Subject: layout.ApprovalSubject("bulkpay"), Data: data,
+		Header: nats.Header{nats.MsgIdHdr: []string{"forged-" + windlass.NewCallID()}, layout.HeaderOrigin: []string{f.d.ID()}}}); err != nil {
+		t.Fatal(err)
+	}
+	fleettest.WaitFor(t, 10*time.Second, "the second message taken in and settled", func() bool {
+		c, err := f.JetStream().Consumer(context.Background(), layout.ApprovalsStream, approval.ConsumerName)
+		if err != nil {
+			return false
+		}
+		info, err := c.Info(context.Background())
+		return err == nil && info.NumPending == 0 && info.NumAckPending == 0 && info.Delivered.Stream >= 2
+	})
+	results, err := f.JetStream().Stream(t.Context(), layout.ResultsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err := results.GetLastMsgForSubject(t.Context(), layout.ResultByCall(real.ID)); err == nil {
+		t.Errorf("the held call's caller was answered by another message: %.300s", m.Data)
+	}
+	if h, err := f.svc.Get(t.Context(), real.ID); err != nil || h.Status != approval.StatusPending {
+		t.Errorf("the real call: %+v, %v; want still held pending", h, err)
+	}
+}
+
+// TestACallOfANonexistentToolOverTheDefaultBoundIsNotKeptPending: a
+// message on the approvals subject naming a tool no worker advertises,
+// with more JSON values than the default bound and no deadline, waits for
+// its tool's bound at most a minute (here 2 s), not its approval window
+// (an hour by default): while it waits it holds one of the intake
+// consumer's unacknowledged places (1,000 by default), and a thousand of
+// them would stop the approval service taking in any gated call. It is
+// answered expired, and leaves nothing pending. (Found by a review
+// helper.) Not parallel: it shortens the wait for the package.
+func TestACallOfANonexistentToolOverTheDefaultBoundIsNotKeptPending(t *testing.T) {
+	defer approval.SetUnknownToolWait(2 * time.Second)()
+	f := newFleet(t, nil)
+	call := windlass.ToolCall{ID: "no-such-tool-call", Name: "nosuchtool",
+		Arguments: json.RawMessage(`{"xs":[` + strings.Repeat("0,", windlass.DefaultMaxArgumentValues) + `0]}`)}
+	f.publishApproval(call)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	r, err := f.d.Wait(ctx, call.ID)
+	if err != nil || r.Code() != windlass.CodeExpired || !strings.Contains(r.Content, "not in the registry") {
+		t.Errorf("caller got %v %.300q, %v; want expired saying its tool was not in the registry", r.Code(), r.Content, err)
+	}
+	fleettest.WaitFor(t, 10*time.Second, "nothing pending on the intake's consumer", func() bool {
+		c, err := f.JetStream().Consumer(context.Background(), layout.ApprovalsStream, approval.ConsumerName)
+		if err != nil {
+			return false
+		}
+		info, err := c.Info(context.Background())
+		return err == nil && info.NumAckPending == 0 && info.NumPending == 0
+	})
 }

@@ -452,31 +452,77 @@ func (s *Service) arguments(ctx context.Context, msg jetstream.Msg, call *windla
 }
 
 // argumentValueLimit is the bound on the JSON values of a call of tool as
-// the registry has it, and whether the registry could say: when it cannot
-// (Redis unreachable, the tool's keys lost until its workers advertise
-// again), the bound is the default and known is false.
-func (s *Service) argumentValueLimit(ctx context.Context, tool string) (limit int, known bool) {
+// the registry has it; when the registry cannot say (Redis unreachable,
+// the tool's keys lost until its workers advertise again), the default,
+// with why.
+func (s *Service) argumentValueLimit(ctx context.Context, tool string) (int, error) {
 	info, err := s.cfg.Registry.Lookup(ctx, tool)
 	if err != nil {
-		return windlass.DefaultMaxArgumentValues, false
+		return windlass.DefaultMaxArgumentValues, err
 	}
-	return info.Spec.ArgumentValueLimit(), true
+	return info.Spec.ArgumentValueLimit(), nil
 }
 
-// unheldExpiry is when a call the intake cannot hold yet expires: its
+// awaitBound settles a call of more JSON values than the default bound
+// whose tool's own bound the registry could not give (lookupErr): it may
+// be within its tool's bound, so it is neither held nor refused on a
+// guess but delivered again later, until its wait ends (see
+// unheldExpiry); then its caller is told expired, unless the id is held
+// already — by another message, which this one must not answer for.
+func (s *Service) awaitBound(ctx context.Context, msg jetstream.Msg, call *windlass.ToolCall, limit int, lookupErr error) {
+	log := s.cfg.Logger
+	if time.Now().Before(s.unheldExpiry(*call, msg, lookupErr)) {
+		log.WarnContext(ctx, "approval: the gated call's arguments hold more JSON values than the default bound and its tool's own bound cannot be read now; delivering it again later",
+			"call_id", call.ID, "tool", call.Name, "default_bound", limit, "error", lookupErr)
+		_ = msg.NakWithDelay(unknownBoundRetry)
+		return
+	}
+	switch _, err := s.store.get(ctx, call.ID); {
+	case err == nil:
+		log.WarnContext(ctx, "approval: a message of a held call's id, over the default bound, is dropped; the held call is untouched", "call_id", call.ID)
+		_ = msg.Term()
+		return
+	case !errors.Is(err, errNotFound):
+		_ = msg.NakWithDelay(unknownBoundRetry) // whether the id is held cannot be told now
+		return
+	}
+	why := "its tool's own bound could not be read"
+	if errors.Is(lookupErr, registry.ErrToolNotFound) {
+		why = "its tool was not in the registry"
+	}
+	s.answer(ctx, &HeldCall{ID: call.ID, Tool: call.Name, call: call, origin: msg.Headers().Get(layout.HeaderOrigin)},
+		windlass.CodeExpired, fmt.Sprintf("The call to %q reached the end of its approval window before the approval service could hold it: its arguments hold more than %d JSON values (the default bound) and %s. Nothing was held or run.", call.Name, limit, why))
+	_ = msg.Term()
+}
+
+// unheldExpiry is when a call the intake cannot hold yet stops waiting: its
 // tool's approval window after the call was published, or its deadline if
-// sooner — what it would have had, held at once.
-func (s *Service) unheldExpiry(call windlass.ToolCall, msg jetstream.Msg) time.Time {
+// sooner — what it would have had, held at once. A call of a tool the
+// registry does not list waits at most unknownToolWait: its workers
+// advertise again within a heartbeat of a registry that lost its keys, and
+// a message of a tool nobody serves must not keep a place among the
+// intake's unacknowledged messages for the whole window.
+func (s *Service) unheldExpiry(call windlass.ToolCall, msg jetstream.Msg, lookupErr error) time.Time {
 	published := time.Now()
 	if meta, err := msg.Metadata(); err == nil {
 		published = meta.Timestamp
 	}
-	expires := published.Add(s.policy(call.Name).Window)
+	wait := s.policy(call.Name).Window
+	if errors.Is(lookupErr, registry.ErrToolNotFound) {
+		wait = min(wait, time.Duration(unknownToolWait.Load()))
+	}
+	expires := published.Add(wait)
 	if !call.Deadline.IsZero() && call.Deadline.Before(expires) {
 		expires = call.Deadline
 	}
 	return expires
 }
+
+// unknownToolWait bounds the wait of a call over the default bound whose
+// tool the registry does not list (nanoseconds; a variable for the tests).
+var unknownToolWait atomic.Int64
+
+func init() { unknownToolWait.Store(int64(time.Minute)) }
 
 // unknownBoundRetry is how long a call of more values than the default
 // bound waits before it is delivered again, while its tool's own bound
@@ -513,18 +559,10 @@ func (s *Service) intake(ctx context.Context, msg jetstream.Msg) {
 	// registry cannot give the tool's bound, the default bounds the hash;
 	// a call over it may be within its tool's own, so it is neither held
 	// nor refused on a guess but delivered again later.
-	limit, known := s.argumentValueLimit(ctx, call.Name)
+	limit, lookupErr := s.argumentValueLimit(ctx, call.Name)
 	argsHash, err := release.ArgumentsHashWithin(args, limit)
-	if errors.Is(err, release.ErrTooManyValues) && !known {
-		if !time.Now().Before(s.unheldExpiry(call, msg)) {
-			s.answer(ctx, &HeldCall{ID: call.ID, Tool: call.Name, call: &call, origin: msg.Headers().Get(layout.HeaderOrigin)},
-				windlass.CodeExpired, fmt.Sprintf("The call to %q reached the end of its approval window before the approval service could hold it: its arguments hold more than %d JSON values (the default bound) and its tool's own bound could not be read. Nothing was held or run.", call.Name, limit))
-			_ = msg.Term()
-			return
-		}
-		log.WarnContext(ctx, "approval: the gated call's arguments hold more JSON values than the default bound and its tool's own bound cannot be read now; delivering it again later",
-			"call_id", call.ID, "tool", call.Name, "default_bound", limit)
-		_ = msg.NakWithDelay(unknownBoundRetry)
+	if errors.Is(err, release.ErrTooManyValues) && lookupErr != nil {
+		s.awaitBound(ctx, msg, &call, limit, lookupErr)
 		return
 	}
 	if err != nil {

@@ -219,11 +219,15 @@ func (w *Worker) storedResult(ctx context.Context, callID string) (windlass.Tool
 }
 
 // boundFor is the bound on the JSON values of the arguments a release
-// approved: the tool's, when the release was signed for the spec this
-// worker serves; none otherwise (see release.Verifier.AuthenticateWithin).
+// approved: the tool's own when the release was signed for the spec this
+// worker serves, or for none (a call published without a spec hash, held
+// under this tool's bound too); for another spec, whose bound this worker
+// cannot tell, the larger of its own and the default — finite, so that a
+// release seen once cannot make the worker hash whatever a message holds.
 func (t *registered) boundFor(r release.Release) int {
-	if r.SpecHash != t.hash {
-		return 0
+	own := t.spec.ArgumentValueLimit()
+	if r.SpecHash == "" || r.SpecHash == t.hash {
+		return own
 	}
-	return t.spec.ArgumentValueLimit()
+	return max(own, windlass.DefaultMaxArgumentValues)
 }

@@ -508,3 +508,38 @@ func TestGatedToolWithoutKeysRunsNothing(t *testing.T) {
 		t.Errorf("ran %d times", runs.Load())
 	}
 }
+
+// TestAnOldReleaseDoesNotUnboundTheHash: a genuine release signed for
+// another spec of the tool (redeployed since; this one expired an hour
+// ago) or for no spec (a call published without a spec hash), copied onto
+// a message of more JSON values than any bound the worker applies to it,
+// is refused unhashed, as a release of this spec is: otherwise anyone who
+// saw one release header could make the worker decode and sort whatever a
+// message (or an object by reference, up to the payload limit) holds, as
+// often as they like. (Found by a review helper: for both, the first
+// version of the spec-aware bound gave none.)
+func TestAnOldReleaseDoesNotUnboundTheHash(t *testing.T) {
+	t.Parallel()
+	g := newGatedBench(t, windlass.WithMaxArgumentValues(3))
+	old := countingEcho(new(atomic.Int64), windlass.WithApproval(), windlass.WithMaxArgumentValues(10)).Spec()
+	approved := json.RawMessage(`{"text":"pay bob"}`)
+	hash, err := release.ArgumentsHash(approved)
+	if err != nil {
+		t.Fatal(err)
+	}
+	huge := json.RawMessage(`{"text":"pay bob","xs":[` + strings.Repeat("0,", windlass.DefaultMaxArgumentValues) + `0]}`)
+	for _, c := range []struct{ name, spec string }{{"another spec, expired", old.Hash()}, {"no spec", ""}} {
+		id := "pay-old-" + strings.ReplaceAll(strings.ReplaceAll(c.name, " ", "-"), ",", "")
+		hdr, err := g.signer.Sign(release.Release{CallID: id, Tool: "echo", SpecHash: c.spec, ArgsHash: hash,
+			ExpiresAt: time.Now().Add(-time.Hour), ApprovedBy: []string{"alice"}, Origin: origin})
+		if err != nil {
+			t.Fatal(err)
+		}
+		seq := g.publishGated(callBody(t, id, "echo", huge), hdr, "copy-"+id)
+		rec := g.refusal(seq)
+		if rec.Reason != string(release.ReasonArgsMismatch) || !strings.Contains(rec.Detail, "more than") {
+			t.Errorf("%s: refusal %s %.160q; want args_mismatch unhashed (more than a bound of values)", c.name, rec.Reason, rec.Detail)
+		}
+	}
+	g.noAnswerYet("a copied release")
+}

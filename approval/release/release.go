@@ -304,10 +304,9 @@ func (v *Verifier) AuthenticateWith(header string, call windlass.ToolCall, args 
 // approved ones and are refused [ReasonArgsMismatch] unhashed. A genuine
 // release copied onto a message of other arguments would otherwise make
 // the worker hash whatever that message holds (sorting a million members
-// takes hundreds of MiB) before it finds they differ. A worker that knows
-// only its own spec's bound gives none for a release of another spec:
-// that call is answered spec_mismatch, and its arguments were approved
-// under a bound the worker cannot tell.
+// takes hundreds of MiB) before it finds they differ. (A worker knows
+// only its own spec's bound: for a release of another spec it gives the
+// larger of its own and the default.)
 func (v *Verifier) AuthenticateWithin(header string, call windlass.ToolCall, maxValues func(Release) int, args func() (json.RawMessage, error)) (Release, error) {
 	var r Release
 	if header == "" {
