@@ -339,3 +339,131 @@ func TestACallOfANonexistentToolOverTheDefaultBoundIsNotKeptPending(t *testing.T
 		return err == nil && info.NumAckPending == 0 && info.NumPending == 0
 	})
 }
+
+// TestACallOverTheDefaultBoundOutlivingARedisOutageIsNotExpiredAtOnce: a
+// gated call over the default bound published while Redis is down (the
+// dispatcher routes from its view meanwhile) waits for its tool's bound.
+// Redis comes back without the tool's keys (restarted empty: here the
+// tool was simply never there), and its workers advertise again within a
+// heartbeat. The call must get that heartbeat: it is not answered expired
+// on its first delivery after Redis answers just because it was published
+// longer than unknownToolWait ago, while the registry could not be read at
+// all. Not parallel: it shortens the wait for the package.
+func TestACallOverTheDefaultBoundOutlivingARedisOutageIsNotExpiredAtOnce(t *testing.T) {
+	const wait = 5 * time.Second // stands in for the minute
+	defer approval.SetUnknownToolWait(wait)()
+	f := newFleet(t, nil)
+	consumer := func() *jetstream.ConsumerInfo {
+		c, err := f.JetStream().Consumer(context.Background(), layout.ApprovalsStream, approval.ConsumerName)
+		if err != nil {
+			return nil
+		}
+		info, err := c.Info(context.Background())
+		if err != nil {
+			return nil
+		}
+		return info
+	}
+	fleettest.WaitFor(t, 10*time.Second, "the intake's consumer", func() bool { return consumer() != nil })
+	delivered := func() uint64 { return consumer().Delivered.Consumer }
+	before := delivered()
+
+	f.Redis.Kill()
+	call := windlass.ToolCall{ID: "bulk-outage", Name: "bulkpay", Deadline: time.Now().Add(time.Hour),
+		Arguments: json.RawMessage(`{"amounts":[` + strings.Repeat("1,", windlass.DefaultMaxArgumentValues) + `1]}`)}
+	published := time.Now()
+	f.publishApproval(call)
+	// The outage itself, longer than the wait: the intake delivers the
+	// call every 2 s meanwhile, the registry unreachable.
+	fleettest.WaitFor(t, 30*time.Second, "the outage past the wait", func() bool {
+		return delivered() >= before+2 && time.Since(published) > wait+time.Second
+	})
+	f.Redis.Restart(t)
+	back := delivered()
+	results, err := f.JetStream().Stream(t.Context(), layout.ResultsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	answered := func() bool {
+		_, err := results.GetLastMsgForSubject(context.Background(), layout.ResultByCall(call.ID))
+		return err == nil
+	}
+	// Two deliveries after Redis came back (the first of them began after
+	// it): the registry answered "not found" at least once, well within a
+	// heartbeat of Redis coming back.
+	fleettest.WaitFor(t, 15*time.Second, "the call delivered after Redis came back", func() bool {
+		return answered() || delivered() >= back+2
+	})
+	if m, err := results.GetLastMsgForSubject(t.Context(), layout.ResultByCall(call.ID)); err == nil {
+		t.Fatalf("answered %s after it was published, on a delivery right after Redis came back, before its tool's workers could advertise again: %.300s",
+			time.Since(published), m.Data)
+	}
+
+	// Its worker advertises again: held.
+	bulk := windlass.MustFunc("bulkpay", func(ctx context.Context, in struct {
+		Amounts []float64 `json:"amounts"`
+	}) (int, error) {
+		return len(in.Amounts), nil
+	}, windlass.WithApproval(), windlass.WithMaxArgumentValues(2*windlass.DefaultMaxArgumentValues))
+	f.StartWorker(worker.Config{}, bulk)
+	if h := f.held(call.ID); h.Status != approval.StatusPending {
+		t.Errorf("held as %+v; want pending", h.Status)
+	}
+}
+
+// TestAMessageOverItsToolsBoundDoesNotAnswerAHeldCall: the sibling of
+// TestAMessageOverTheDefaultBoundDoesNotAnswerAHeldCall with the tool's
+// bound known. A held call, then a second message on the approvals
+// subject with its id and more JSON values than the tool takes (any
+// publisher on windlass.approval.* may send one), or a malformed one (a
+// body naming another tool): neither may answer the held call's caller
+// (row 17: "a second message on the approvals subject with a held call's
+// id changes nothing of it").
+func TestAMessageOverItsToolsBoundDoesNotAnswerAHeldCall(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		body func(id string) windlass.ToolCall
+	}{
+		{"over the tool's bound", func(id string) windlass.ToolCall {
+			return windlass.ToolCall{ID: id, Name: "pay", Deadline: time.Now().Add(time.Hour),
+				Arguments: json.RawMessage(`{"to":"x","amount":1,"xs":[` + strings.Repeat("0,", windlass.DefaultMaxArgumentValues) + `0]}`)}
+		}},
+		{"malformed", func(id string) windlass.ToolCall {
+			return windlass.ToolCall{ID: id, Name: "notpay", Deadline: time.Now().Add(time.Hour), Arguments: json.RawMessage(`{}`)}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFleet(t, nil)
+			id := f.submit(payArgs{To: "bob", Amount: 5})
+			f.held(id)
+			data, err := json.Marshal(tc.body(id))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.JetStream().PublishMsg(t.Context(), &nats.Msg{Subject: layout.ApprovalSubject("pay"), Data: data,
+				Header: nats.Header{nats.MsgIdHdr: []string{"second-" + windlass.NewCallID()}, layout.HeaderOrigin: []string{f.d.ID()}}}); err != nil {
+				t.Fatal(err)
+			}
+			fleettest.WaitFor(t, 10*time.Second, "the second message taken in and settled", func() bool {
+				c, err := f.JetStream().Consumer(context.Background(), layout.ApprovalsStream, approval.ConsumerName)
+				if err != nil {
+					return false
+				}
+				info, err := c.Info(context.Background())
+				return err == nil && info.NumPending == 0 && info.NumAckPending == 0 && info.Delivered.Stream >= 2
+			})
+			results, err := f.JetStream().Stream(t.Context(), layout.ResultsStream)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m, err := results.GetLastMsgForSubject(t.Context(), layout.ResultByCall(id)); err == nil {
+				t.Errorf("the held call's caller was answered by another message: %.300s", m.Data)
+			}
+			if h, err := f.svc.Get(t.Context(), id); err != nil || h.Status != approval.StatusPending {
+				t.Errorf("the real call: %+v, %v; want still held pending", h, err)
+			}
+		})
+	}
+}

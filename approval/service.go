@@ -159,16 +159,17 @@ type Config struct {
 
 // Service holds gated calls until reviewers decide. Safe for concurrent use.
 type Service struct {
-	cfg      Config
-	payloads atomic.Pointer[payload.Store] // set by Run: arguments by reference
-	store    *store
-	js       jetstream.JetStream
-	auth     *authenticator
-	cancels  cancels
-	tracer   telemetry.Tracer
-	metrics  *telemetry.ApprovalMetrics // nil: metrics off
-	rates    *redis_rate.Limiter        // the reviewers' decision rates
-	slots    *limits.Enforcer           // frees the admission slots of the calls it answers
+	registryUnread atomic.Int64 // unix ns of the last registry read that failed for want of Redis (see unheldExpiry)
+	cfg            Config
+	payloads       atomic.Pointer[payload.Store] // set by Run: arguments by reference
+	store          *store
+	js             jetstream.JetStream
+	auth           *authenticator
+	cancels        cancels
+	tracer         telemetry.Tracer
+	metrics        *telemetry.ApprovalMetrics // nil: metrics off
+	rates          *redis_rate.Limiter        // the reviewers' decision rates
+	slots          *limits.Enforcer           // frees the admission slots of the calls it answers
 
 	groupsMade atomic.Bool   // every queue's group exists (ensureGroups)
 	groupsTurn chan struct{} // one ensureGroups at a time
@@ -437,18 +438,38 @@ func (s *Service) arguments(ctx context.Context, msg jetstream.Msg, call *windla
 		return args, true
 	}
 	var tooLarge *payload.TooLargeError
-	h := &HeldCall{ID: call.ID, Tool: call.Name, call: call, origin: msg.Headers().Get(layout.HeaderOrigin)}
 	switch {
 	case errors.As(err, &tooLarge):
-		s.answer(ctx, h, windlass.CodePayloadTooLarge, fmt.Sprintf("The arguments of the call to %q are %d bytes, over the approval service's limit of %d bytes; nothing was held.", call.Name, tooLarge.Size, tooLarge.Limit))
+		s.refuseUnheld(ctx, msg, call, windlass.CodePayloadTooLarge, fmt.Sprintf("The arguments of the call to %q are %d bytes, over the approval service's limit of %d bytes; nothing was held.", call.Name, tooLarge.Size, tooLarge.Limit))
 	case errors.Is(err, payload.ErrUnreadable):
-		s.answer(ctx, h, windlass.CodePayloadUnreadable, fmt.Sprintf("The arguments of the call to %q, stored by reference, cannot be used: %v. Nothing was held.", call.Name, err))
+		s.refuseUnheld(ctx, msg, call, windlass.CodePayloadUnreadable, fmt.Sprintf("The arguments of the call to %q, stored by reference, cannot be used: %v. Nothing was held.", call.Name, err))
 	default:
 		s.cfg.Logger.ErrorContext(ctx, "approval: could not fetch the call's arguments; leaving it for redelivery", "call_id", call.ID, "error", err)
-		return nil, false // not acked: redelivered after the ack wait
+		// not acked: redelivered after the ack wait
 	}
-	_ = msg.Term()
 	return nil, false
+}
+
+// refuseUnheld answers a call the intake does not hold, and terminates its
+// message — unless a call of that id is held already: then this message
+// is another one of the id, which must not answer for it (RELIABILITY.md
+// row 17), and is dropped; while that cannot be told (Redis unreachable),
+// the message is delivered again later. (A hold of the id racing this
+// check can still be answered; the tool does not run then, its release
+// refused as answered.)
+func (s *Service) refuseUnheld(ctx context.Context, msg jetstream.Msg, call *windlass.ToolCall, code windlass.ErrorCode, text string) {
+	switch _, err := s.store.get(ctx, call.ID); {
+	case err == nil:
+		s.cfg.Logger.WarnContext(ctx, "approval: a message of a held call's id was refused; dropped, the held call untouched", "call_id", call.ID, "code", code)
+		_ = msg.Term()
+		return
+	case !errors.Is(err, errNotFound):
+		s.cfg.Logger.WarnContext(ctx, "approval: cannot tell whether the refused call's id is held; delivering it again later", "call_id", call.ID, "error", err)
+		_ = msg.NakWithDelay(unknownBoundRetry)
+		return
+	}
+	s.answer(ctx, &HeldCall{ID: call.ID, Tool: call.Name, call: call, origin: msg.Headers().Get(layout.HeaderOrigin)}, code, text)
+	_ = msg.Term()
 }
 
 // argumentValueLimit is the bound on the JSON values of a call of tool as
@@ -458,6 +479,9 @@ func (s *Service) arguments(ctx context.Context, msg jetstream.Msg, call *windla
 func (s *Service) argumentValueLimit(ctx context.Context, tool string) (int, error) {
 	info, err := s.cfg.Registry.Lookup(ctx, tool)
 	if err != nil {
+		if !errors.Is(err, registry.ErrToolNotFound) {
+			s.registryUnread.Store(time.Now().UnixNano())
+		}
 		return windlass.DefaultMaxArgumentValues, err
 	}
 	return info.Spec.ArgumentValueLimit(), nil
@@ -477,22 +501,11 @@ func (s *Service) awaitBound(ctx context.Context, msg jetstream.Msg, call *windl
 		_ = msg.NakWithDelay(unknownBoundRetry)
 		return
 	}
-	switch _, err := s.store.get(ctx, call.ID); {
-	case err == nil:
-		log.WarnContext(ctx, "approval: a message of a held call's id, over the default bound, is dropped; the held call is untouched", "call_id", call.ID)
-		_ = msg.Term()
-		return
-	case !errors.Is(err, errNotFound):
-		_ = msg.NakWithDelay(unknownBoundRetry) // whether the id is held cannot be told now
-		return
-	}
 	why := "its tool's own bound could not be read"
 	if errors.Is(lookupErr, registry.ErrToolNotFound) {
 		why = "its tool was not in the registry"
 	}
-	s.answer(ctx, &HeldCall{ID: call.ID, Tool: call.Name, call: call, origin: msg.Headers().Get(layout.HeaderOrigin)},
-		windlass.CodeExpired, fmt.Sprintf("The call to %q reached the end of its approval window before the approval service could hold it: its arguments hold more than %d JSON values (the default bound) and %s. Nothing was held or run.", call.Name, limit, why))
-	_ = msg.Term()
+	s.refuseUnheld(ctx, msg, call, windlass.CodeExpired, fmt.Sprintf("The call to %q reached the end of its approval window before the approval service could hold it: its arguments hold more than %d JSON values (the default bound) and %s. Nothing was held or run.", call.Name, limit, why))
 }
 
 // unheldExpiry is when a call the intake cannot hold yet stops waiting: its
@@ -507,11 +520,16 @@ func (s *Service) unheldExpiry(call windlass.ToolCall, msg jetstream.Msg, lookup
 	if meta, err := msg.Metadata(); err == nil {
 		published = meta.Timestamp
 	}
-	wait := s.policy(call.Name).Window
+	expires := published.Add(s.policy(call.Name).Window)
 	if errors.Is(lookupErr, registry.ErrToolNotFound) {
-		wait = min(wait, time.Duration(unknownToolWait.Load()))
+		from := published
+		if u := time.Unix(0, s.registryUnread.Load()); u.After(from) {
+			from = u
+		}
+		if capped := from.Add(time.Duration(unknownToolWait.Load())); capped.Before(expires) {
+			expires = capped
+		}
 	}
-	expires := published.Add(wait)
 	if !call.Deadline.IsZero() && call.Deadline.Before(expires) {
 		expires = call.Deadline
 	}
@@ -543,8 +561,8 @@ func (s *Service) intake(ctx context.Context, msg jetstream.Msg) {
 	if err != nil {
 		log.WarnContext(ctx, "approval: malformed gated call; terminating it", "subject", msg.Subject(), "error", err)
 		if windlass.ValidateCallID(call.ID) == nil {
-			s.answer(ctx, &HeldCall{ID: call.ID, Tool: call.Name, call: &call, origin: msg.Headers().Get(layout.HeaderOrigin)},
-				windlass.CodeInvalidCall, fmt.Sprintf("The call message is malformed: %v", err))
+			s.refuseUnheld(ctx, msg, &call, windlass.CodeInvalidCall, fmt.Sprintf("The call message is malformed: %v", err))
+			return
 		}
 		_ = msg.Term()
 		return
@@ -568,8 +586,8 @@ func (s *Service) intake(ctx context.Context, msg jetstream.Msg) {
 	if err != nil {
 		log.WarnContext(ctx, "approval: the gated call's arguments cannot be hashed; terminating it", "call_id", call.ID, "error", err)
 		if errors.Is(err, release.ErrTooManyValues) {
-			s.answer(ctx, &HeldCall{ID: call.ID, Tool: call.Name, call: &call, origin: msg.Headers().Get(layout.HeaderOrigin)},
-				windlass.CodeInvalidArguments, fmt.Sprintf("The call's arguments hold more JSON values than tool %q takes (its max_argument_values, %d); nothing was held.", call.Name, limit))
+			s.refuseUnheld(ctx, msg, &call, windlass.CodeInvalidArguments, fmt.Sprintf("The call's arguments hold more JSON values than tool %q takes (its max_argument_values, %d); nothing was held.", call.Name, limit))
+			return
 		}
 		_ = msg.Term()
 		return
