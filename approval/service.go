@@ -159,7 +159,7 @@ type Config struct {
 
 // Service holds gated calls until reviewers decide. Safe for concurrent use.
 type Service struct {
-	registryUnread atomic.Int64 // unix ns of the last registry read that failed for want of Redis (see unheldExpiry)
+	registryUnread unreadTools // by tool, when its last registry read failed for another reason than not found (see unheldExpiry)
 	cfg            Config
 	payloads       atomic.Pointer[payload.Store] // set by Run: arguments by reference
 	store          *store
@@ -480,7 +480,7 @@ func (s *Service) argumentValueLimit(ctx context.Context, tool string) (int, err
 	info, err := s.cfg.Registry.Lookup(ctx, tool)
 	if err != nil {
 		if !errors.Is(err, registry.ErrToolNotFound) {
-			s.registryUnread.Store(time.Now().UnixNano())
+			s.registryUnread.failed(tool, time.Now())
 		}
 		return windlass.DefaultMaxArgumentValues, err
 	}
@@ -523,7 +523,7 @@ func (s *Service) unheldExpiry(call windlass.ToolCall, msg jetstream.Msg, lookup
 	expires := published.Add(s.policy(call.Name).Window)
 	if errors.Is(lookupErr, registry.ErrToolNotFound) {
 		from := published
-		if u := time.Unix(0, s.registryUnread.Load()); u.After(from) {
+		if u := s.registryUnread.last(call.Name); u.After(from) {
 			from = u
 		}
 		if capped := from.Add(time.Duration(unknownToolWait.Load())); capped.Before(expires) {
@@ -534,6 +534,42 @@ func (s *Service) unheldExpiry(call windlass.ToolCall, msg jetstream.Msg, lookup
 		expires = call.Deadline
 	}
 	return expires
+}
+
+// unreadTools keeps, by tool, when the registry last failed to answer a
+// lookup of it for another reason than "not found": a call of that tool
+// over the default bound waits unknownToolWait from then. Only its own
+// tool's failures count (another tool's entry unreadable, its Redis
+// Cluster slot down, must not keep it waiting its whole window); entries
+// older than the wait, which can no longer lengthen one, are dropped.
+type unreadTools struct {
+	mu     sync.Mutex
+	at     map[string]time.Time
+	pruned time.Time
+}
+
+func (u *unreadTools) failed(tool string, now time.Time) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.at == nil {
+		u.at = map[string]time.Time{}
+	}
+	u.at[tool] = now
+	wait := time.Duration(unknownToolWait.Load())
+	if now.Sub(u.pruned) > wait {
+		u.pruned = now
+		for name, t := range u.at {
+			if now.Sub(t) > wait {
+				delete(u.at, name)
+			}
+		}
+	}
+}
+
+func (u *unreadTools) last(tool string) time.Time {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.at[tool]
 }
 
 // unknownToolWait bounds the wait of a call over the default bound whose
