@@ -195,12 +195,7 @@ func TestACallOverTheDefaultBoundWaitsForItsToolsBound(t *testing.T) {
 	}
 
 	// Its tool advertised, with a bound that takes it: held.
-	bulk := windlass.MustFunc("bulkpay", func(ctx context.Context, in struct {
-		Amounts []float64 `json:"amounts"`
-	}) (int, error) {
-		return len(in.Amounts), nil
-	}, windlass.WithApproval(), windlass.WithMaxArgumentValues(2*windlass.DefaultMaxArgumentValues))
-	f.StartWorker(worker.Config{}, bulk)
+	f.StartWorker(worker.Config{}, bulkPay())
 	if h := f.held(call.ID); h.Status != approval.StatusPending || h.ArgsHash == "" {
 		t.Errorf("held as %+v; want pending with its arguments' hash", h.Status)
 	}
@@ -215,15 +210,7 @@ func TestACallOverTheDefaultBoundPastItsDeadlineIsAnsweredExpired(t *testing.T) 
 	call := windlass.ToolCall{ID: "bulk-late", Name: "bulkpay", Deadline: time.Now().Add(3 * time.Second),
 		Arguments: json.RawMessage(`{"amounts":[` + strings.Repeat("1,", windlass.DefaultMaxArgumentValues) + `1]}`)}
 	f.publishApproval(call)
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-	defer cancel()
-	r, err := f.d.Wait(ctx, call.ID)
-	if err != nil || r.Code() != windlass.CodeExpired || !strings.Contains(r.Content, "not in the registry") {
-		t.Errorf("caller got %v %.300q, %v; want expired saying its tool was not in the registry", r.Code(), r.Content, err)
-	}
-	if h, err := f.svc.Get(t.Context(), call.ID); err == nil {
-		t.Errorf("the call is held: %+v", h.Status)
-	}
+	f.expiredUnheld(call.ID, "not in the registry")
 }
 
 // TestACallOverTheDefaultBoundWithoutADeadlineExpiresWithItsWindow: the
@@ -238,14 +225,44 @@ func TestACallOverTheDefaultBoundWithoutADeadlineExpiresWithItsWindow(t *testing
 	call := windlass.ToolCall{ID: "bulk-no-deadline", Name: "bulkpay",
 		Arguments: json.RawMessage(`{"amounts":[` + strings.Repeat("1,", windlass.DefaultMaxArgumentValues) + `1]}`)}
 	f.publishApproval(call)
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	r, err := f.d.Wait(ctx, call.ID)
-	if err != nil || r.Code() != windlass.CodeExpired || !strings.Contains(r.Content, "approval window") {
-		t.Errorf("caller got %v %.300q, %v; want expired at the end of its approval window", r.Code(), r.Content, err)
+	f.expiredUnheld(call.ID, "approval window")
+}
+
+// bulkPay is a gated tool that takes twice the default bound of values.
+func bulkPay() windlass.Tool {
+	return windlass.MustFunc("bulkpay", func(ctx context.Context, in struct {
+		Amounts []float64 `json:"amounts"`
+	}) (int, error) {
+		return len(in.Amounts), nil
+	}, windlass.WithApproval(), windlass.WithMaxArgumentValues(2*windlass.DefaultMaxArgumentValues))
+}
+
+// intakeConsumer is the approval service's consumer's info; nil while it
+// cannot be read (the service has not made it yet).
+func (f *fleet) intakeConsumer() *jetstream.ConsumerInfo {
+	c, err := f.JetStream().Consumer(context.Background(), layout.ApprovalsStream, approval.ConsumerName)
+	if err != nil {
+		return nil
 	}
-	if h, err := f.svc.Get(t.Context(), call.ID); err == nil {
-		t.Errorf("the call is held: %+v", h.Status)
+	info, err := c.Info(context.Background())
+	if err != nil {
+		return nil
+	}
+	return info
+}
+
+// expiredUnheld waits for the answer of the call id, which must be
+// expired with a message containing why, the call not held.
+func (f *fleet) expiredUnheld(id, why string) {
+	f.t.Helper()
+	ctx, cancel := context.WithTimeout(f.t.Context(), 30*time.Second)
+	defer cancel()
+	r, err := f.d.Wait(ctx, id)
+	if err != nil || r.Code() != windlass.CodeExpired || !strings.Contains(r.Content, why) {
+		f.t.Errorf("caller got %v %.300q, %v; want expired, saying %q", r.Code(), r.Content, err, why)
+	}
+	if h, err := f.svc.Get(f.t.Context(), id); err == nil {
+		f.t.Errorf("the call is held: %+v", h.Status)
 	}
 }
 
@@ -253,13 +270,45 @@ func TestACallOverTheDefaultBoundWithoutADeadlineExpiresWithItsWindow(t *testing
 // subject, as a dispatcher would but past its checks.
 func (f *fleet) publishApproval(call windlass.ToolCall) {
 	f.t.Helper()
+	f.publishApprovalAs(call.Name, call, call.ID)
+}
+
+// publishApprovalAs publishes call onto tool's approvals subject under the
+// message id msgID.
+func (f *fleet) publishApprovalAs(tool string, call windlass.ToolCall, msgID string) {
+	f.t.Helper()
 	data, err := json.Marshal(call)
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	if _, err := f.JetStream().PublishMsg(f.t.Context(), &nats.Msg{Subject: layout.ApprovalSubject(call.Name), Data: data,
-		Header: nats.Header{nats.MsgIdHdr: []string{call.ID}, layout.HeaderOrigin: []string{f.d.ID()}}}); err != nil {
+	if _, err := f.JetStream().PublishMsg(f.t.Context(), &nats.Msg{Subject: layout.ApprovalSubject(tool), Data: data,
+		Header: nats.Header{nats.MsgIdHdr: []string{msgID}, layout.HeaderOrigin: []string{f.d.ID()}}}); err != nil {
 		f.t.Fatal(err)
+	}
+}
+
+// heldCallUntouched waits until the intake has settled a second message
+// of the held call id, then checks the held call is still pending and its
+// caller unanswered.
+func (f *fleet) heldCallUntouched(id string) {
+	f.t.Helper()
+	fleettest.WaitFor(f.t, 10*time.Second, "the second message taken in and settled", func() bool {
+		c, err := f.JetStream().Consumer(context.Background(), layout.ApprovalsStream, approval.ConsumerName)
+		if err != nil {
+			return false
+		}
+		info, err := c.Info(context.Background())
+		return err == nil && info.NumPending == 0 && info.NumAckPending == 0 && info.Delivered.Stream >= 2
+	})
+	results, err := f.JetStream().Stream(f.t.Context(), layout.ResultsStream)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if m, err := results.GetLastMsgForSubject(f.t.Context(), layout.ResultByCall(id)); err == nil {
+		f.t.Errorf("the held call's caller was answered by another message: %.300s", m.Data)
+	}
+	if h, err := f.svc.Get(f.t.Context(), id); err != nil || h.Status != approval.StatusPending {
+		f.t.Errorf("the held call: %+v, %v; want still held pending", h, err)
 	}
 }
 
@@ -282,32 +331,8 @@ func TestAMessageOverTheDefaultBoundDoesNotAnswerAHeldCall(t *testing.T) {
 
 	forged := windlass.ToolCall{ID: real.ID, Name: "bulkpay", Deadline: time.Now().Add(-time.Second),
 		Arguments: json.RawMessage(`{"amounts":[` + strings.Repeat("1,", windlass.DefaultMaxArgumentValues) + `1]}`)}
-	data, err := json.Marshal(forged)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.JetStream().PublishMsg(t.Context(), &nats.Msg{Subject: layout.ApprovalSubject("bulkpay"), Data: data,
-		Header: nats.Header{nats.MsgIdHdr: []string{"forged-" + windlass.NewCallID()}, layout.HeaderOrigin: []string{f.d.ID()}}}); err != nil {
-		t.Fatal(err)
-	}
-	fleettest.WaitFor(t, 10*time.Second, "the second message taken in and settled", func() bool {
-		c, err := f.JetStream().Consumer(context.Background(), layout.ApprovalsStream, approval.ConsumerName)
-		if err != nil {
-			return false
-		}
-		info, err := c.Info(context.Background())
-		return err == nil && info.NumPending == 0 && info.NumAckPending == 0 && info.Delivered.Stream >= 2
-	})
-	results, err := f.JetStream().Stream(t.Context(), layout.ResultsStream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if m, err := results.GetLastMsgForSubject(t.Context(), layout.ResultByCall(real.ID)); err == nil {
-		t.Errorf("the held call's caller was answered by another message: %.300s", m.Data)
-	}
-	if h, err := f.svc.Get(t.Context(), real.ID); err != nil || h.Status != approval.StatusPending {
-		t.Errorf("the real call: %+v, %v; want still held pending", h, err)
-	}
+	f.publishApprovalAs("bulkpay", forged, "forged-"+windlass.NewCallID())
+	f.heldCallUntouched(real.ID)
 }
 
 // TestACallOfANonexistentToolOverTheDefaultBoundIsNotKeptPending: a
@@ -360,17 +385,7 @@ func TestACallOverTheDefaultBoundOutlivingARedisOutageIsNotExpiredAtOnce(t *test
 	const wait = 15 * time.Second
 	defer approval.SetUnknownToolWait(wait)()
 	f := newFleet(t, nil)
-	consumer := func() *jetstream.ConsumerInfo {
-		c, err := f.JetStream().Consumer(context.Background(), layout.ApprovalsStream, approval.ConsumerName)
-		if err != nil {
-			return nil
-		}
-		info, err := c.Info(context.Background())
-		if err != nil {
-			return nil
-		}
-		return info
-	}
+	consumer := f.intakeConsumer
 	fleettest.WaitFor(t, 10*time.Second, "the intake's consumer", func() bool { return consumer() != nil })
 	delivered := func() uint64 { return consumer().Delivered.Consumer }
 	before := delivered()
@@ -408,12 +423,7 @@ func TestACallOverTheDefaultBoundOutlivingARedisOutageIsNotExpiredAtOnce(t *test
 	}
 
 	// Its worker advertises again: held.
-	bulk := windlass.MustFunc("bulkpay", func(ctx context.Context, in struct {
-		Amounts []float64 `json:"amounts"`
-	}) (int, error) {
-		return len(in.Amounts), nil
-	}, windlass.WithApproval(), windlass.WithMaxArgumentValues(2*windlass.DefaultMaxArgumentValues))
-	f.StartWorker(worker.Config{}, bulk)
+	f.StartWorker(worker.Config{}, bulkPay())
 	if h := f.held(call.ID); h.Status != approval.StatusPending {
 		t.Errorf("held as %+v; want pending", h.Status)
 	}
@@ -446,32 +456,8 @@ func TestAMessageOverItsToolsBoundDoesNotAnswerAHeldCall(t *testing.T) {
 			f := newFleet(t, nil)
 			id := f.submit(payArgs{To: "bob", Amount: 5})
 			f.held(id)
-			data, err := json.Marshal(tc.body(id))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := f.JetStream().PublishMsg(t.Context(), &nats.Msg{Subject: layout.ApprovalSubject("pay"), Data: data,
-				Header: nats.Header{nats.MsgIdHdr: []string{"second-" + windlass.NewCallID()}, layout.HeaderOrigin: []string{f.d.ID()}}}); err != nil {
-				t.Fatal(err)
-			}
-			fleettest.WaitFor(t, 10*time.Second, "the second message taken in and settled", func() bool {
-				c, err := f.JetStream().Consumer(context.Background(), layout.ApprovalsStream, approval.ConsumerName)
-				if err != nil {
-					return false
-				}
-				info, err := c.Info(context.Background())
-				return err == nil && info.NumPending == 0 && info.NumAckPending == 0 && info.Delivered.Stream >= 2
-			})
-			results, err := f.JetStream().Stream(t.Context(), layout.ResultsStream)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if m, err := results.GetLastMsgForSubject(t.Context(), layout.ResultByCall(id)); err == nil {
-				t.Errorf("the held call's caller was answered by another message: %.300s", m.Data)
-			}
-			if h, err := f.svc.Get(t.Context(), id); err != nil || h.Status != approval.StatusPending {
-				t.Errorf("the real call: %+v, %v; want still held pending", h, err)
-			}
+			f.publishApprovalAs("pay", tc.body(id), "second-"+windlass.NewCallID())
+			f.heldCallUntouched(id)
 		})
 	}
 }
@@ -503,17 +489,7 @@ func TestAnotherToolsFailingLookupsDoNotKeepAnUnknownToolsCallPending(t *testing
 	// Its call waits for its tool's bound (its window, an hour), failing a
 	// lookup on each delivery.
 	f.publishApproval(windlass.ToolCall{ID: "unreadable-call", Name: "unreadable", Arguments: many})
-	consumer := func() *jetstream.ConsumerInfo {
-		c, err := f.JetStream().Consumer(context.Background(), layout.ApprovalsStream, approval.ConsumerName)
-		if err != nil {
-			return nil
-		}
-		info, err := c.Info(context.Background())
-		if err != nil {
-			return nil
-		}
-		return info
-	}
+	consumer := f.intakeConsumer
 	fleettest.WaitFor(t, 10*time.Second, "the unreadable tool's call delivered again", func() bool {
 		info := consumer()
 		return info != nil && info.Delivered.Consumer >= 2
