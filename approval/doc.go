@@ -100,6 +100,10 @@
 //	                                   message held: another of the id is not it); written
 //	                                   once; expires with the window plus
 //	                                   the retention (deleted with the call before that)
+//	<p>awaiting:{<id>}           STRING the approvals-stream sequence of the message of
+//	                                   the id that waits for its tool's bound on argument
+//	                                   values (neither held nor refused yet): another
+//	                                   message of the id is not it; expires with the wait
 //	<p>{index}:call:<id>         HASH  its state: args_hash, approved_args, tool, spec_hash,
 //	                                   requester, origin, requested_ms, expires_ms, required,
 //	                                   forbid_self, status, approvers, rejected_by, reason,

@@ -15,6 +15,7 @@ import (
 
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/approval"
+	"github.com/windlass-dev/windlass/approval/release"
 	"github.com/windlass-dev/windlass/internal/fleettest"
 	"github.com/windlass-dev/windlass/internal/layout"
 	"github.com/windlass-dev/windlass/registry"
@@ -510,5 +511,58 @@ func TestAnotherToolsFailingLookupsDoNotKeepAnUnknownToolsCallPending(t *testing
 	}
 	if r.Code() != windlass.CodeExpired || !strings.Contains(r.Content, "not in the registry") {
 		t.Errorf("caller got %v %.300q; want expired saying its tool was not in the registry", r.Code(), r.Content)
+	}
+}
+
+// TestAMessageOfAnIDWaitingForItsBoundDoesNotAnswerIt: a gated call over
+// the default bound whose tool the registry does not list yet (Redis
+// restarted empty, its workers not advertised again) is neither held nor
+// refused: it waits for its tool's bound (awaitBound). Meanwhile a second
+// message on the approvals subject with its id, malformed (a body naming
+// another tool; any publisher on windlass.approval.* may send one), is
+// refused without answering the id, and one of other arguments within
+// the bound is not held in the real call's place: the id is the waiting
+// message's (store.markAwaiting). Once its tool advertises, the real call
+// is held, with its own arguments. (Found by a review helper: the
+// malformed message answered the real call's caller invalid_call.)
+func TestAMessageOfAnIDWaitingForItsBoundDoesNotAnswerIt(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, nil)
+	real := windlass.ToolCall{ID: "bulk-awaiting", Name: "bulkpay", Deadline: time.Now().Add(time.Hour),
+		Arguments: json.RawMessage(`{"amounts":[` + strings.Repeat("1,", windlass.DefaultMaxArgumentValues) + `1]}`)}
+	f.publishApproval(real)
+	fleettest.WaitFor(t, 15*time.Second, "the real call delivered again, waiting for its bound", func() bool {
+		info := f.intakeConsumer()
+		return info != nil && info.Delivered.Consumer >= 2
+	})
+
+	forged := windlass.ToolCall{ID: real.ID, Name: "notbulkpay", Deadline: time.Now().Add(time.Hour), Arguments: json.RawMessage(`{}`)}
+	f.publishApprovalAs("bulkpay", forged, "forged-"+windlass.NewCallID())
+	small := windlass.ToolCall{ID: real.ID, Name: "bulkpay", Deadline: time.Now().Add(time.Hour), Arguments: json.RawMessage(`{"amounts":[1000000]}`)}
+	f.publishApprovalAs("bulkpay", small, "small-"+windlass.NewCallID())
+	// The forged messages settled: delivered, only the real call left
+	// unacknowledged (delivered again every 2 s).
+	fleettest.WaitFor(t, 15*time.Second, "the forged messages taken in and settled", func() bool {
+		info := f.intakeConsumer()
+		return info != nil && info.Delivered.Stream >= 3 && info.NumPending == 0 && info.NumAckPending == 1
+	})
+	if h, err := f.svc.Get(t.Context(), real.ID); err == nil {
+		t.Errorf("a message of other arguments was held in the waiting call's place: %+v", h.Status)
+	}
+	results, err := f.JetStream().Stream(t.Context(), layout.ResultsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err := results.GetLastMsgForSubject(t.Context(), layout.ResultByCall(real.ID)); err == nil {
+		t.Errorf("the caller of a call waiting for its tool's bound was answered by another message of its id: %.300s", m.Data)
+	}
+
+	f.StartWorker(worker.Config{}, bulkPay())
+	want, err := release.ArgumentsHash(real.Arguments)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := f.held(real.ID); h.Status != approval.StatusPending || h.ArgsHash != want {
+		t.Errorf("the real call held as %+v with arguments' hash %s; want pending with its own, %s", h.Status, h.ArgsHash, want)
 	}
 }

@@ -450,17 +450,46 @@ func (s *Service) arguments(ctx context.Context, msg jetstream.Msg, call *windla
 	return nil, false
 }
 
+// takenByAnother reports, as errAnotherCall, that another message of the
+// id waits for its tool's bound (see store.markAwaiting); errNotFound when
+// none does, another error when that cannot be read.
+func (s *Service) takenByAnother(ctx context.Context, msg jetstream.Msg, id string) error {
+	by, err := s.store.awaitingBy(ctx, id)
+	switch {
+	case err != nil:
+		return err
+	case by != 0 && by != sequenceOf(msg):
+		return fmt.Errorf("%w: %q waits for its tool's bound as message %d", errAnotherCall, id, by)
+	}
+	return errNotFound
+}
+
+// sequenceOf is the message's sequence in the approvals stream; 0 when
+// its metadata cannot be read.
+func sequenceOf(msg jetstream.Msg) uint64 {
+	meta, err := msg.Metadata()
+	if err != nil {
+		return 0
+	}
+	return meta.Sequence.Stream
+}
+
 // refuseUnheld answers a call the intake does not hold, and terminates its
 // message — unless a call of that id is held already: then this message
 // is another one of the id, which must not answer for it (RELIABILITY.md
-// row 17), and is dropped; while that cannot be told (Redis unreachable),
-// the message is delivered again later. (A hold of the id racing this
-// check can still be answered; the tool does not run then, its release
-// refused as answered.)
+// row 17), and is dropped; so is it when another message of the id waits
+// for its tool's bound (takenByAnother). While that cannot be told (Redis
+// unreachable), the message is delivered again later. (A hold of the id
+// racing this check can still be answered; the tool does not run then,
+// its release refused as answered.)
 func (s *Service) refuseUnheld(ctx context.Context, msg jetstream.Msg, call *windlass.ToolCall, code windlass.ErrorCode, text string) {
-	switch _, err := s.store.get(ctx, call.ID); {
-	case err == nil:
-		s.cfg.Logger.WarnContext(ctx, "approval: a message of a held call's id was refused; dropped, the held call untouched", "call_id", call.ID, "code", code)
+	_, err := s.store.get(ctx, call.ID)
+	if errors.Is(err, errNotFound) {
+		err = s.takenByAnother(ctx, msg, call.ID)
+	}
+	switch {
+	case err == nil, errors.Is(err, errAnotherCall):
+		s.cfg.Logger.WarnContext(ctx, "approval: a message of a held or waiting call's id was refused; dropped, that call untouched", "call_id", call.ID, "code", code)
 		_ = msg.Term()
 		return
 	case !errors.Is(err, errNotFound):
@@ -495,7 +524,13 @@ func (s *Service) argumentValueLimit(ctx context.Context, tool string) (int, err
 // already — by another message, which this one must not answer for.
 func (s *Service) awaitBound(ctx context.Context, msg jetstream.Msg, call *windlass.ToolCall, limit int, lookupErr error) {
 	log := s.cfg.Logger
-	if time.Now().Before(s.unheldExpiry(*call, msg, lookupErr)) {
+	until := s.unheldExpiry(*call, msg, lookupErr)
+	if by, err := s.store.markAwaiting(ctx, call.ID, sequenceOf(msg), until); err == nil && by != sequenceOf(msg) {
+		log.WarnContext(ctx, "approval: a second message of an id waiting for its tool's bound; dropped, the first untouched", "call_id", call.ID)
+		_ = msg.Term()
+		return
+	}
+	if time.Now().Before(until) {
 		log.WarnContext(ctx, "approval: the gated call's arguments hold more JSON values than the default bound and its tool's own bound cannot be read now; delivering it again later",
 			"call_id", call.ID, "tool", call.Name, "default_bound", limit, "error", lookupErr)
 		_ = msg.NakWithDelay(unknownBoundRetry)
@@ -651,7 +686,11 @@ func (s *Service) intake(ctx context.Context, msg jetstream.Msg) {
 	if strings.ContainsRune(h.Requester, ',') {
 		h.Requester = strings.ReplaceAll(h.Requester, ",", "_")
 	}
-	switch _, err := s.store.hold(ctx, h); {
+	err = s.takenByAnother(ctx, msg, call.ID)
+	if errors.Is(err, errNotFound) {
+		_, err = s.store.hold(ctx, h)
+	}
+	switch {
 	case errors.Is(err, errAnotherCall):
 		// Not the held call (anyone who may publish calls may send a
 		// message with its id): neither held nor answered.

@@ -139,6 +139,9 @@ func (s *store) unreleasedKey() string      { return s.prefix + index + "unrelea
 func (s *store) unansweredKey() string      { return s.prefix + index + "unanswered" } // decided against, callers not answered yet
 func (s *store) queuesKey() string          { return s.prefix + index + "queues" }     // the audit stream's notification queues
 func (s *store) webhooksKey() string        { return s.prefix + "webhooks" }
+func (s *store) awaitingKey(id string) string {
+	return s.prefix + "awaiting:{" + id + "}"
+} // the message of the id waiting for its tool's bound (see markAwaiting)
 
 // rateKey is a reviewer's decision rate; redis_rate puts "rate:" before it.
 func (s *store) rateKey(reviewer string) string { return s.prefix + "reviewer:" + reviewer }
@@ -768,4 +771,34 @@ func auditEvent(m redis.XMessage) AuditEvent {
 func auditTime(id string) time.Time {
 	ms, _, _ := strings.Cut(id, "-")
 	return msTime(ms)
+}
+
+// markAwaiting records that the message at stream sequence seq takes the
+// id while it waits for its tool's bound on argument values, until until,
+// unless another message took it first; it returns the sequence of the
+// message that holds the mark. Nothing of the call is held meanwhile, so
+// without the mark any other message of the id could be held, or answer
+// it, first.
+func (s *store) markAwaiting(ctx context.Context, id string, seq uint64, until time.Time) (uint64, error) {
+	key := s.awaitingKey(id)
+	ttl := max(time.Until(until), time.Second)
+	if ok, err := s.rc.SetNX(ctx, key, seq, ttl).Result(); err != nil {
+		return 0, fmt.Errorf("approval: mark %q awaiting: %w", id, err)
+	} else if ok {
+		return seq, nil
+	}
+	return s.awaitingBy(ctx, id)
+}
+
+// awaitingBy returns the sequence of the message that holds the id's
+// awaiting mark; 0 when none does.
+func (s *store) awaitingBy(ctx context.Context, id string) (uint64, error) {
+	v, err := s.rc.Get(ctx, s.awaitingKey(id)).Uint64()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return 0, nil
+	case err != nil:
+		return 0, fmt.Errorf("approval: read %q's awaiting mark: %w", id, err)
+	}
+	return v, nil
 }
