@@ -524,8 +524,8 @@ func (s *Service) argumentValueLimit(ctx context.Context, tool string) (int, err
 // already — by another message, which this one must not answer for.
 func (s *Service) awaitBound(ctx context.Context, msg jetstream.Msg, call *windlass.ToolCall, limit int, lookupErr error) {
 	log := s.cfg.Logger
-	until := s.unheldExpiry(*call, msg, lookupErr)
-	if by, err := s.store.markAwaiting(ctx, call.ID, sequenceOf(msg), until); err == nil && by != sequenceOf(msg) {
+	until, seq := s.unheldExpiry(*call, msg, lookupErr), sequenceOf(msg)
+	if by, err := s.store.markAwaiting(ctx, call.ID, seq, until); err == nil && by != seq {
 		log.WarnContext(ctx, "approval: a second message of an id waiting for its tool's bound; dropped, the first untouched", "call_id", call.ID)
 		_ = msg.Term()
 		return
