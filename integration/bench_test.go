@@ -205,6 +205,18 @@ func BenchmarkStoredCall(b *testing.B) {
 	benchAlone(b, func(env *bench.Env) bench.CallFunc { return env.RawStored(128, 0) })
 }
 
+// BenchmarkStoredCallFleetSized is the stored baseline with messages about
+// the fleet's size (BenchmarkFleetCall's in-B/call and out-B/call; the
+// fleet's call and result carry the records and headers of PROTOCOL.md):
+// calls of 400 bytes, answers of 470. Its CPU a call over
+// BenchmarkStoredCall's is what the fleet's larger messages cost; the rest
+// of the fleet's over it is the fleet's code.
+//
+//	go test -run '^$' -bench 'StoredCall|FleetCallNoLimits' -benchtime 30000x ./integration/
+func BenchmarkStoredCallFleetSized(b *testing.B) {
+	benchAlone(b, func(env *bench.Env) bench.CallFunc { return env.RawStoredSized(400, 470, 0) })
+}
+
 // BenchmarkRawCall is the raw JetStream round trip alone (one stored
 // message a call), the floor beside BenchmarkStoredCall and
 // BenchmarkFleetCall: on a machine whose cores the server, the clients and
@@ -231,8 +243,16 @@ func benchAlone(b *testing.B, path func(*bench.Env) bench.CallFunc) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			cpu := processCPU(b)
+			before, counted := env.ServerTraffic()
 			s := bench.Measure(context.Background(), bench.Load{InFlight: inflight, Calls: b.N}, call, nil)
 			cpu = processCPU(b) - cpu
+			if after, _ := env.ServerTraffic(); counted {
+				n := float64(b.N)
+				b.ReportMetric(float64(after.InMsgs-before.InMsgs)/n, "in-msgs/call")
+				b.ReportMetric(float64(after.OutMsgs-before.OutMsgs)/n, "out-msgs/call")
+				b.ReportMetric(float64(after.InBytes-before.InBytes)/n, "in-B/call")
+				b.ReportMetric(float64(after.OutBytes-before.OutBytes)/n, "out-B/call")
+			}
 			if s.Errors > 0 {
 				b.Fatalf("%d calls failed: %s", s.Errors, s.FirstError)
 			}

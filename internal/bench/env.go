@@ -341,7 +341,35 @@ func (e *Env) RawJetStream(payload int, work time.Duration) CallFunc {
 // RawStored returns the raw JetStream round trip that stores what the
 // fleet stores for a call (the call and the answer; see rawStored), with payload bytes of data and work before answering.
 func (e *Env) RawStored(payload int, work time.Duration) CallFunc {
-	return e.rawStored.call(payload, work)
+	return e.rawStored.call(payload, 0, work)
+}
+
+// RawStoredSized is RawStored whose answers carry answer bytes after the
+// call id: the two stores of a call at the sizes of another path's
+// messages (the fleet's carry records and headers that the baseline's do
+// not), to tell the cost of the bytes from the cost of the code.
+func (e *Env) RawStoredSized(payload, answer int, work time.Duration) CallFunc {
+	return e.rawStored.call(payload, answer, work)
+}
+
+// Traffic is what the NATS server received from and sent to its clients,
+// counted in messages and bytes (its varz: JetStream's internal messages
+// not included, the acknowledgements it sends included).
+type Traffic struct {
+	InMsgs, OutMsgs, InBytes, OutBytes int64
+}
+
+// ServerTraffic returns the embedded NATS server's traffic so far; false
+// when the server measured is not this process's (Options.NATSURL).
+func (e *Env) ServerTraffic() (Traffic, bool) {
+	if e.natsSrv == nil {
+		return Traffic{}, false
+	}
+	v, err := e.natsSrv.Server().Varz(nil)
+	if err != nil {
+		return Traffic{}, false
+	}
+	return Traffic{InMsgs: v.InMsgs, OutMsgs: v.OutMsgs, InBytes: v.InBytes, OutBytes: v.OutBytes}, true
 }
 
 // RawRequest returns core NATS request/reply with payload bytes of data,

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -27,6 +28,10 @@ func rawRequestSubject(run string) string {
 // sleepHeader carries the work a raw responder does for a call, in
 // microseconds, so one responder serves every scenario.
 const sleepHeader = "Bench-Sleep-Us"
+
+// answerSizeHeader carries how many bytes the stored baseline's responder
+// adds to its answer after the call id (see Env.RawStoredSized).
+const answerSizeHeader = "Bench-Answer-Bytes"
 
 // rawAnswerWait bounds the wait for a raw answer.
 const rawAnswerWait = 30 * time.Second
@@ -170,15 +175,17 @@ func (r *raw) close() {
 // jetStreamCall returns a raw JetStream round trip with payload bytes of
 // data and the given responder work.
 func (r *raw) jetStreamCall(payload int, work time.Duration) CallFunc {
-	return jetStreamRoundTrip(r.js, r.run, &r.seq, &r.pending, func(string) string { return rawCallSubject(r.run) }, payload, work)
+	return jetStreamRoundTrip(r.js, r.run, &r.seq, &r.pending, func(string) string { return rawCallSubject(r.run) }, payload, 0, work)
 }
 
 // jetStreamRoundTrip returns a call of a JetStream baseline: publish a call
 // of payload bytes to subject(id) (its id the message id, the responder's
-// work in a header) and wait for the stream's ack, then for the answer.
-func jetStreamRoundTrip(js jetstream.JetStream, run string, seq *atomic.Int64, pending *sync.Map, subject func(id string) string, payload int, work time.Duration) CallFunc {
+// work in a header, and the answer's extra bytes when answer > 0) and wait
+// for the stream's ack, then for the answer.
+func jetStreamRoundTrip(js jetstream.JetStream, run string, seq *atomic.Int64, pending *sync.Map, subject func(id string) string, payload, answer int, work time.Duration) CallFunc {
 	data := filled(payload)
 	sleep := strconv.FormatInt(work.Microseconds(), 10)
+	answerSize := strconv.Itoa(answer)
 	return func(ctx context.Context) error {
 		id := run + "-" + strconv.FormatInt(seq.Add(1), 10)
 		ch := make(chan struct{})
@@ -186,6 +193,9 @@ func jetStreamRoundTrip(js jetstream.JetStream, run string, seq *atomic.Int64, p
 		h := nats.Header{nats.MsgIdHdr: []string{id}}
 		if work > 0 {
 			h[sleepHeader] = []string{sleep}
+		}
+		if answer > 0 {
+			h[answerSizeHeader] = []string{answerSize}
 		}
 		if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: subject(id), Data: data, Header: h}); err != nil {
 			pending.Delete(id)
@@ -196,10 +206,12 @@ func jetStreamRoundTrip(js jetstream.JetStream, run string, seq *atomic.Int64, p
 }
 
 // answered is the handler of a baseline's answers subscription: an answer
-// is the call id, and it releases the call waiting for it.
+// is the call id (then, in a sized answer, a space and its padding), and it
+// releases the call waiting for it.
 func answered(pending *sync.Map) nats.MsgHandler {
 	return func(m *nats.Msg) {
-		if ch, ok := pending.LoadAndDelete(string(m.Data)); ok {
+		id, _, _ := bytes.Cut(m.Data, []byte{' '})
+		if ch, ok := pending.LoadAndDelete(string(id)); ok {
 			close(ch.(chan struct{}))
 		}
 	}

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -78,7 +79,11 @@ func startRawStored(ctx context.Context, run string, callerConn, serverConn *nat
 				time.Sleep(d)
 			}
 			id := m.Headers().Get(nats.MsgIdHdr)
-			fut, err := sjs.PublishMsgAsync(&nats.Msg{Subject: answerPrefix + id, Data: []byte(id), Header: nats.Header{nats.MsgIdHdr: []string{"answer:" + id}}})
+			data := []byte(id)
+			if n, _ := strconv.Atoi(m.Headers().Get(answerSizeHeader)); n > 0 {
+				data = append(append(data, ' '), filled(n)...)
+			}
+			fut, err := sjs.PublishMsgAsync(&nats.Msg{Subject: answerPrefix + id, Data: data, Header: nats.Header{nats.MsgIdHdr: []string{"answer:" + id}}})
 			if err != nil {
 				return // not acked: redelivered, as a fleet call would be
 			}
@@ -111,8 +116,8 @@ func (r *rawStored) close() {
 	}
 }
 
-// call returns the stored round trip with payload bytes of data and the
-// given responder work.
-func (r *rawStored) call(payload int, work time.Duration) CallFunc {
-	return jetStreamRoundTrip(r.js, r.run, &r.seq, &r.pending, func(id string) string { return "bench.stored." + r.run + ".call." + id }, payload, work)
+// call returns the stored round trip with payload bytes of data, answers
+// of the call id and answer bytes more, and the given responder work.
+func (r *rawStored) call(payload, answer int, work time.Duration) CallFunc {
+	return jetStreamRoundTrip(r.js, r.run, &r.seq, &r.pending, func(id string) string { return "bench.stored." + r.run + ".call." + id }, payload, answer, work)
 }
