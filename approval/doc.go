@@ -100,10 +100,13 @@
 //	                                   message held: another of the id is not it); written
 //	                                   once; expires with the window plus
 //	                                   the retention (deleted with the call before that)
-//	<p>awaiting:{<id>}           STRING the approvals-stream sequence of the message of
-//	                                   the id that waits for its tool's bound on argument
-//	                                   values (neither held nor refused yet): another
-//	                                   message of the id is not it; expires with the wait
+//	<p>claim:{<id>}              STRING the approvals-stream sequence of the message
+//	                                   that took the id without holding it: one waiting
+//	                                   for its tool's bound on argument values (expires
+//	                                   with the wait), one refused and answered (an
+//	                                   hour); set only while no body is, and no body is
+//	                                   written for another message while it is (one Lua
+//	                                   script each, on the id's slot)
 //	<p>{index}:call:<id>         HASH  its state: args_hash, approved_args, tool, spec_hash,
 //	                                   requester, origin, requested_ms, expires_ms, required,
 //	                                   forbid_self, status, approvers, rejected_by, reason,

@@ -8,3 +8,7 @@ func SetUnknownToolWait(d time.Duration) (restore func()) {
 	old := unknownToolWait.Swap(int64(d))
 	return func() { unknownToolWait.Store(old) }
 }
+
+// SetBeforeRefusalAnswer makes s run f between a refusal's claim of a
+// call's id and its answer.
+func SetBeforeRefusalAnswer(s *Service, f func(id string)) { s.beforeRefusalAnswer.Store(&f) }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -522,7 +523,7 @@ func TestAnotherToolsFailingLookupsDoNotKeepAnUnknownToolsCallPending(t *testing
 // another tool; any publisher on windlass.approval.* may send one), is
 // refused without answering the id, and one of other arguments within
 // the bound is not held in the real call's place: the id is the waiting
-// message's (store.markAwaiting). Once its tool advertises, the real call
+// message's (store.claim). Once its tool advertises, the real call
 // is held, with its own arguments. (Found by a review helper: the
 // malformed message answered the real call's caller invalid_call.)
 func TestAMessageOfAnIDWaitingForItsBoundDoesNotAnswerIt(t *testing.T) {
@@ -564,5 +565,71 @@ func TestAMessageOfAnIDWaitingForItsBoundDoesNotAnswerIt(t *testing.T) {
 	}
 	if h := f.held(real.ID); h.Status != approval.StatusPending || h.ArgsHash != want {
 		t.Errorf("the real call held as %+v with arguments' hash %s; want pending with its own, %s", h.Status, h.ArgsHash, want)
+	}
+}
+
+// TestARefusalRacingAHoldOfItsIDLeavesOneOutcome: a message on the
+// approvals subject with a call's id that the intake refuses (here it
+// names another tool than its subject's) is taken in beside the call's
+// real message, and the real one is held between the refusal's check of
+// the id and its answer — two replicas, or two of one replica's
+// concurrent intakes. The id ends either held, its caller unanswered, or
+// answered and not held; never both. Before, the refusal's check ("no call
+// of this id is held") and its answer were two steps: the call was held
+// and its caller told invalid_call, and the approvers were shown a call
+// whose release would be refused. The hook stands in for the timing,
+// which no real server shows on cue.
+func TestARefusalRacingAHoldOfItsIDLeavesOneOutcome(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, nil)
+	id := "raced-" + windlass.NewCallID()
+	entered, proceed := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	approval.SetBeforeRefusalAnswer(f.svc, func(got string) {
+		if got != id {
+			return
+		}
+		once.Do(func() { close(entered) })
+		select {
+		case <-proceed:
+		case <-f.t.Context().Done():
+		}
+	})
+
+	refused := windlass.ToolCall{ID: id, Name: "bulkpay", Deadline: time.Now().Add(time.Hour), Arguments: json.RawMessage(`{"amounts":[1]}`)}
+	f.publishApprovalAs("pay", refused, "refused-"+windlass.NewCallID())
+	select {
+	case <-entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the refused message never reached its answer")
+	}
+	real := windlass.ToolCall{ID: id, Name: "pay", Deadline: time.Now().Add(time.Hour), Arguments: json.RawMessage(`{"to":"bob","amount":5}`)}
+	f.publishApproval(real)
+	fleettest.WaitFor(t, 10*time.Second, "the real message settled while the refusal waits", func() bool {
+		info := f.intakeConsumer()
+		return info != nil && info.NumPending == 0 && info.NumAckPending == 1 && info.Delivered.Stream >= 2
+	})
+	close(proceed)
+	fleettest.WaitFor(t, 10*time.Second, "the refused message settled", func() bool {
+		info := f.intakeConsumer()
+		return info != nil && info.NumPending == 0 && info.NumAckPending == 0
+	})
+
+	results, err := f.JetStream().Stream(t.Context(), layout.ResultsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer, err := results.GetLastMsgForSubject(t.Context(), layout.ResultByCall(id))
+	answered := err == nil
+	if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		t.Fatal(err)
+	}
+	h, err := f.svc.Get(t.Context(), id)
+	held := err == nil
+	switch {
+	case held && answered:
+		t.Errorf("the call is held (%s) and its caller answered by the refused message: %.300s", h.Status, answer.Data)
+	case !held && !answered:
+		t.Errorf("the call is neither held nor answered")
 	}
 }

@@ -22,7 +22,7 @@ func TestHoldWaitsForReplicas(t *testing.T) {
 		st := &store{rc: rc, prefix: "t:", replicaAcks: 1}
 		now := time.Now()
 		_, err := st.hold(t.Context(), &HeldCall{ID: id, Tool: "pay", ArgsHash: "h", RequestedAt: now, ExpiresAt: now.Add(time.Hour),
-			RequiredApprovals: 1, call: &windlass.ToolCall{ID: id, Name: "pay"}})
+			RequiredApprovals: 1, call: &windlass.ToolCall{ID: id, Name: "pay"}}, 1)
 		return err
 	}
 	t.Run("NoReplica", func(t *testing.T) {

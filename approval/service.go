@@ -173,6 +173,12 @@ type Service struct {
 
 	groupsMade atomic.Bool   // every queue's group exists (ensureGroups)
 	groupsTurn chan struct{} // one ensureGroups at a time
+
+	// beforeRefusalAnswer, set by tests only, runs between a refusal's
+	// claim of its id and its answer: the interleaving of a refusal with
+	// another replica's hold of the id, which no real server can be made
+	// to show on cue.
+	beforeRefusalAnswer atomic.Pointer[func(id string)]
 }
 
 // withDefaults returns c with every zero field set to its default: the one
@@ -450,20 +456,6 @@ func (s *Service) arguments(ctx context.Context, msg jetstream.Msg, call *windla
 	return nil, false
 }
 
-// takenByAnother reports, as errAnotherCall, that another message of the
-// id waits for its tool's bound (see store.markAwaiting); errNotFound when
-// none does, another error when that cannot be read.
-func (s *Service) takenByAnother(ctx context.Context, msg jetstream.Msg, id string) error {
-	by, err := s.store.awaitingBy(ctx, id)
-	switch {
-	case err != nil:
-		return err
-	case by != 0 && by != sequenceOf(msg):
-		return fmt.Errorf("%w: %q waits for its tool's bound as message %d", errAnotherCall, id, by)
-	}
-	return errNotFound
-}
-
 // sequenceOf is the message's sequence in the approvals stream; 0 when
 // its metadata cannot be read.
 func sequenceOf(msg jetstream.Msg) uint64 {
@@ -474,28 +466,34 @@ func sequenceOf(msg jetstream.Msg) uint64 {
 	return meta.Sequence.Stream
 }
 
+// refusalClaim is how long a refused message keeps its call's id from
+// being held by another message after it answered the id (see
+// store.claim): longer than any redelivery of a message taken in at the
+// same time, and the default approval window.
+const refusalClaim = time.Hour
+
 // refuseUnheld answers a call the intake does not hold, and terminates its
-// message — unless a call of that id is held already: then this message
-// is another one of the id, which must not answer for it (RELIABILITY.md
-// row 17), and is dropped; so is it when another message of the id waits
-// for its tool's bound (takenByAnother). While that cannot be told (Redis
-// unreachable), the message is delivered again later. (A hold of the id
-// racing this check can still be answered; the tool does not run then,
-// its release refused as answered.)
+// message — unless a call of that id is held: then this message is another
+// one of the id, which must not answer for it (RELIABILITY.md row 17), and
+// is dropped; so is it when another message of the id claimed it (one
+// waiting for its tool's bound, one refused before). The id is claimed
+// before the answer, in one step with the check (store.claim), so no
+// message of the id is held after it. While Redis cannot say, the message
+// is delivered again later.
 func (s *Service) refuseUnheld(ctx context.Context, msg jetstream.Msg, call *windlass.ToolCall, code windlass.ErrorCode, text string) {
-	_, err := s.store.get(ctx, call.ID)
-	if errors.Is(err, errNotFound) {
-		err = s.takenByAnother(ctx, msg, call.ID)
-	}
+	got, err := s.store.claim(ctx, call.ID, sequenceOf(msg), refusalClaim)
 	switch {
-	case err == nil, errors.Is(err, errAnotherCall):
-		s.cfg.Logger.WarnContext(ctx, "approval: a message of a held or waiting call's id was refused; dropped, that call untouched", "call_id", call.ID, "code", code)
-		_ = msg.Term()
-		return
-	case !errors.Is(err, errNotFound):
+	case err != nil:
 		s.cfg.Logger.WarnContext(ctx, "approval: cannot tell whether the refused call's id is held; delivering it again later", "call_id", call.ID, "error", err)
 		_ = msg.NakWithDelay(unknownBoundRetry)
 		return
+	case got != claimed:
+		s.cfg.Logger.WarnContext(ctx, "approval: a message of a held or claimed call's id was refused; dropped, that call untouched", "call_id", call.ID, "code", code, "id_is", got)
+		_ = msg.Term()
+		return
+	}
+	if hook := s.beforeRefusalAnswer.Load(); hook != nil {
+		(*hook)(call.ID)
 	}
 	s.answer(ctx, &HeldCall{ID: call.ID, Tool: call.Name, call: call, origin: msg.Headers().Get(layout.HeaderOrigin)}, code, text)
 	_ = msg.Term()
@@ -521,12 +519,13 @@ func (s *Service) argumentValueLimit(ctx context.Context, tool string) (int, err
 // be within its tool's bound, so it is neither held nor refused on a
 // guess but delivered again later, until its wait ends (see
 // unheldExpiry); then its caller is told expired, unless the id is held
-// already — by another message, which this one must not answer for.
+// or claimed by another message, which this one must not answer for. It
+// claims the id meanwhile (store.claim).
 func (s *Service) awaitBound(ctx context.Context, msg jetstream.Msg, call *windlass.ToolCall, limit int, lookupErr error) {
 	log := s.cfg.Logger
 	until, seq := s.unheldExpiry(*call, msg, lookupErr), sequenceOf(msg)
-	if by, err := s.store.markAwaiting(ctx, call.ID, seq, until); err == nil && by != seq {
-		log.WarnContext(ctx, "approval: a second message of an id waiting for its tool's bound; dropped, the first untouched", "call_id", call.ID)
+	if got, err := s.store.claim(ctx, call.ID, seq, time.Until(until)); err == nil && got != claimed {
+		log.WarnContext(ctx, "approval: a message over the default bound of a held or claimed call's id; dropped, that call untouched", "call_id", call.ID, "id_is", got)
 		_ = msg.Term()
 		return
 	}
@@ -686,10 +685,7 @@ func (s *Service) intake(ctx context.Context, msg jetstream.Msg) {
 	if strings.ContainsRune(h.Requester, ',') {
 		h.Requester = strings.ReplaceAll(h.Requester, ",", "_")
 	}
-	err = s.takenByAnother(ctx, msg, call.ID)
-	if errors.Is(err, errNotFound) {
-		_, err = s.store.hold(ctx, h)
-	}
+	_, err = s.store.hold(ctx, h, sequenceOf(msg))
 	switch {
 	case errors.Is(err, errAnotherCall):
 		// Not the held call (anyone who may publish calls may send a

@@ -139,9 +139,9 @@ func (s *store) unreleasedKey() string      { return s.prefix + index + "unrelea
 func (s *store) unansweredKey() string      { return s.prefix + index + "unanswered" } // decided against, callers not answered yet
 func (s *store) queuesKey() string          { return s.prefix + index + "queues" }     // the audit stream's notification queues
 func (s *store) webhooksKey() string        { return s.prefix + "webhooks" }
-func (s *store) awaitingKey(id string) string {
-	return s.prefix + "awaiting:{" + id + "}"
-} // the message of the id waiting for its tool's bound (see markAwaiting)
+func (s *store) claimKey(id string) string {
+	return s.prefix + "claim:{" + id + "}"
+} // the message that claimed the id without holding it (see claim)
 
 // rateKey is a reviewer's decision rate; redis_rate puts "rate:" before it.
 func (s *store) rateKey(reviewer string) string { return s.prefix + "reviewer:" + reviewer }
@@ -292,28 +292,33 @@ return 1
 `)
 
 // bodyScript writes a held call's body, with its expiry, unless it has
-// one: the first message of an id is the call. It returns the arguments
-// hash of the body the id has now (the one written, or the one found; ""
-// for a body written before bodies held their hash). KEYS: the body.
-// ARGV: the expiry (Unix ms), then the fields and values (intake_args_hash
-// among them: the hash the call came with, not the state's args_hash,
-// which an edit changes).
+// one (the first message of an id is the call) or another message claimed
+// the id without holding it (see claimScript). It returns {'written' or
+// 'held', the arguments hash of the body the id has now (the one written,
+// or the one found; "" for a body written before bodies held their hash)}
+// or {'claimed', the claiming message's sequence}. KEYS: the body, the
+// id's claim. ARGV: the expiry (Unix ms), the message's sequence, then the
+// fields and values (intake_args_hash among them: the hash the call came
+// with, not the state's args_hash, which an edit changes).
 var bodyScript = redis.NewScript(`
-if redis.call('EXISTS', KEYS[1]) == 1 then return redis.call('HGET', KEYS[1], 'intake_args_hash') or '' end
-redis.call('HSET', KEYS[1], unpack(ARGV, 2))
+if redis.call('EXISTS', KEYS[1]) == 1 then return {'held', redis.call('HGET', KEYS[1], 'intake_args_hash') or ''} end
+local by = redis.call('GET', KEYS[2])
+if by and by ~= ARGV[2] then return {'claimed', by} end
+redis.call('HSET', KEYS[1], unpack(ARGV, 3))
 redis.call('PEXPIREAT', KEYS[1], ARGV[1])
-return redis.call('HGET', KEYS[1], 'intake_args_hash')
+return {'written', redis.call('HGET', KEYS[1], 'intake_args_hash')}
 `)
 
 // errAnotherCall is a message of an id whose held call (its body written
 // already) has other arguments: not that call.
 var errAnotherCall = errors.New("approval: the id is held for a call with other arguments")
 
-// hold persists a new held call; it reports false for one already held.
+// hold persists a new held call, taken in from the approvals stream's
+// message at sequence seq; it reports false for one already held.
 // The bulk is written first, on its own slot, with an expiry (the window
 // and the retention after it) so that a crash before the state is written
 // leaves nothing for good; the redelivered call writes it again.
-func (s *store) hold(ctx context.Context, h *HeldCall) (bool, error) {
+func (s *store) hold(ctx context.Context, h *HeldCall, seq uint64) (bool, error) {
 	callJSON, err := marshalCall(*h.call)
 	if err != nil {
 		return false, err
@@ -331,12 +336,22 @@ func (s *store) hold(ctx context.Context, h *HeldCall) (bool, error) {
 	// a hold interrupted between the two (a crash, a failed write) leaves
 	// the first message's body, and its redelivery, not another message
 	// of the id, writes the state.
-	bodyArgs := append([]any{h.ExpiresAt.Add(s.retention).UnixMilli()}, body...)
-	bodyHash, err := bodyScript.Run(ctx, s.rc, []string{s.bodyKey(h.ID)}, bodyArgs...).Text()
+	// Nor is it held once another message of the id claimed it (one
+	// waiting for its tool's bound, one refused and answered): checked in
+	// the same script, so that a refusal never answers an id held
+	// meanwhile (see claim).
+	bodyArgs := append([]any{h.ExpiresAt.Add(s.retention).UnixMilli(), seq}, body...)
+	got, err := bodyScript.Run(ctx, s.rc, []string{s.bodyKey(h.ID), s.claimKey(h.ID)}, bodyArgs...).StringSlice()
 	if err != nil {
 		return false, fmt.Errorf("approval: hold %q: %w", h.ID, err)
 	}
-	if bodyHash != "" && bodyHash != h.ArgsHash {
+	if len(got) != 2 {
+		return false, fmt.Errorf("approval: hold %q: unexpected reply %q", h.ID, got)
+	}
+	if got[0] == "claimed" {
+		return false, fmt.Errorf("%w: %q is claimed by message %s, which does not hold it", errAnotherCall, h.ID, got[1])
+	}
+	if bodyHash := got[1]; bodyHash != "" && bodyHash != h.ArgsHash {
 		return false, fmt.Errorf("%w: %q holds arguments of hash %s, this message %s", errAnotherCall, h.ID, bodyHash, h.ArgsHash)
 	}
 	args := []any{h.ID, h.RequestedAt.UnixMilli(), h.ExpiresAt.UnixMilli(),
@@ -773,32 +788,38 @@ func auditTime(id string) time.Time {
 	return msTime(ms)
 }
 
-// markAwaiting records that the message at stream sequence seq takes the
-// id while it waits for its tool's bound on argument values, until until,
-// unless another message took it first; it returns the sequence of the
-// message that holds the mark. Nothing of the call is held meanwhile, so
-// without the mark any other message of the id could be held, or answer
-// it, first.
-func (s *store) markAwaiting(ctx context.Context, id string, seq uint64, until time.Time) (uint64, error) {
-	key := s.awaitingKey(id)
-	ttl := max(time.Until(until), time.Second)
-	if ok, err := s.rc.SetNX(ctx, key, seq, ttl).Result(); err != nil {
-		return 0, fmt.Errorf("approval: mark %q awaiting: %w", id, err)
-	} else if ok {
-		return seq, nil
-	}
-	return s.awaitingBy(ctx, id)
-}
+// claimScript claims an id for a message that does not hold it, unless
+// the id is held (its body is written) or another message claimed it.
+// KEYS: the body, the claim. ARGV: the message's sequence, the claim's
+// time to live (ms). It returns 'claimed' (also when this message had),
+// 'held' or 'taken'.
+var claimScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 1 then return 'held' end
+local by = redis.call('GET', KEYS[2])
+if by and by ~= ARGV[1] then return 'taken' end
+redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
+return 'claimed'
+`)
 
-// awaitingBy returns the sequence of the message that holds the id's
-// awaiting mark; 0 when none does.
-func (s *store) awaitingBy(ctx context.Context, id string) (uint64, error) {
-	v, err := s.rc.Get(ctx, s.awaitingKey(id)).Uint64()
-	switch {
-	case errors.Is(err, redis.Nil):
-		return 0, nil
-	case err != nil:
-		return 0, fmt.Errorf("approval: read %q's awaiting mark: %w", id, err)
+// claim outcomes.
+const (
+	claimed = "claimed" // the message at seq holds the claim (now, or already)
+	isHeld  = "held"    // a call of the id is held: no message may claim it
+	isTaken = "taken"   // another message claimed the id
+)
+
+// claim takes the id for the message at stream sequence seq, which does
+// not hold it, for ttl: one waiting for its tool's bound (until the wait
+// ends), or one refused, before it answers the id. A held call's body and
+// a claim exclude each other atomically (bodyScript checks the claim), so
+// a call of the id is never held while its caller is answered by another
+// message, nor answered while held; nor does another message of the id
+// take a waiting call's place.
+func (s *store) claim(ctx context.Context, id string, seq uint64, ttl time.Duration) (string, error) {
+	ttl = max(ttl, time.Second)
+	got, err := claimScript.Run(ctx, s.rc, []string{s.bodyKey(id), s.claimKey(id)}, seq, ttl.Milliseconds()).Text()
+	if err != nil {
+		return "", fmt.Errorf("approval: claim %q: %w", id, err)
 	}
-	return v, nil
+	return got, nil
 }

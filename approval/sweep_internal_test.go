@@ -43,7 +43,7 @@ func holdApproved(t *testing.T, st *store, id string, now time.Time) {
 	t.Helper()
 	h := &HeldCall{ID: id, Tool: "pay", ArgsHash: "h", RequestedAt: now, ExpiresAt: now.Add(time.Hour), RequiredApprovals: 1,
 		call: &windlass.ToolCall{ID: id, Name: "pay"}}
-	if _, err := st.hold(t.Context(), h); err != nil {
+	if _, err := st.hold(t.Context(), h, 1); err != nil {
 		t.Fatal(err)
 	}
 	if v, err := st.decide(t.Context(), id, decision{approve: true, reviewer: "alice", seenHash: "h"}, now); err != nil || v[0] != "approved" {
