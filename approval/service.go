@@ -481,7 +481,20 @@ const refusalClaim = time.Hour
 // message of the id is held after it. While Redis cannot say, the message
 // is delivered again later.
 func (s *Service) refuseUnheld(ctx context.Context, msg jetstream.Msg, call *windlass.ToolCall, code windlass.ErrorCode, text string) {
-	got, err := s.store.claim(ctx, call.ID, sequenceOf(msg), refusalClaim)
+	seq := sequenceOf(msg)
+	got, err := s.store.claim(ctx, call.ID, seq, refusalClaim, false)
+	if err == nil && got == isOwn {
+		// The id's body is this message's own: its hold was interrupted
+		// after the body (a Redis blip, the process gone), or finished
+		// and its ack lost. Held: its call is pending, and is left so.
+		// Never held: the body is given up, and the id claimed, so that
+		// no hold of it finishes after the answer.
+		if _, err = s.store.get(ctx, call.ID); errors.Is(err, errNotFound) {
+			got, err = s.store.claim(ctx, call.ID, seq, refusalClaim, true)
+		} else if err == nil {
+			got = isHeld
+		}
+	}
 	switch {
 	case err != nil:
 		s.cfg.Logger.WarnContext(ctx, "approval: cannot tell whether the refused call's id is held; delivering it again later", "call_id", call.ID, "error", err)
@@ -524,7 +537,9 @@ func (s *Service) argumentValueLimit(ctx context.Context, tool string) (int, err
 func (s *Service) awaitBound(ctx context.Context, msg jetstream.Msg, call *windlass.ToolCall, limit int, lookupErr error) {
 	log := s.cfg.Logger
 	until, seq := s.unheldExpiry(*call, msg, lookupErr), sequenceOf(msg)
-	if got, err := s.store.claim(ctx, call.ID, seq, time.Until(until)); err == nil && got != claimed {
+	// The id's body being this message's own (its hold interrupted, or
+	// its ack lost) is no other message's: it waits on.
+	if got, err := s.store.claim(ctx, call.ID, seq, time.Until(until), false); err == nil && got != claimed && got != isOwn {
 		log.WarnContext(ctx, "approval: a message over the default bound of a held or claimed call's id; dropped, that call untouched", "call_id", call.ID, "id_is", got)
 		_ = msg.Term()
 		return

@@ -296,15 +296,18 @@ return 1
 // the id without holding it (see claimScript). It returns {'written' or
 // 'held', the arguments hash of the body the id has now (the one written,
 // or the one found; "" for a body written before bodies held their hash)}
-// or {'claimed', the claiming message's sequence}. KEYS: the body, the
-// id's claim. ARGV: the expiry (Unix ms), the message's sequence, then the
+// or {'claimed', the claiming message's sequence}. The body keeps the
+// message's sequence (intake_seq): a hold of that message interrupted
+// after its body is its own, not another's (see claimScript). KEYS: the
+// body, the id's claim. ARGV: the expiry (Unix ms), the message's
+// sequence, then the
 // fields and values (intake_args_hash among them: the hash the call came
 // with, not the state's args_hash, which an edit changes).
 var bodyScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 1 then return {'held', redis.call('HGET', KEYS[1], 'intake_args_hash') or ''} end
 local by = redis.call('GET', KEYS[2])
 if by and by ~= ARGV[2] then return {'claimed', by} end
-redis.call('HSET', KEYS[1], unpack(ARGV, 3))
+redis.call('HSET', KEYS[1], 'intake_seq', ARGV[2], unpack(ARGV, 3))
 redis.call('PEXPIREAT', KEYS[1], ARGV[1])
 return {'written', redis.call('HGET', KEYS[1], 'intake_args_hash')}
 `)
@@ -790,11 +793,20 @@ func auditTime(id string) time.Time {
 
 // claimScript claims an id for a message that does not hold it, unless
 // the id is held (its body is written) or another message claimed it.
+// A body written from this very message (its intake_seq; not for the
+// sequence 0 of unreadable metadata) is its own hold, interrupted before
+// its state or finished: 'own', unless ARGV[3] is '1', which gives the
+// body up (deletes it) and claims the id in its place — for a refusal of
+// the message whose hold never finished (see refuseUnheld).
 // KEYS: the body, the claim. ARGV: the message's sequence, the claim's
-// time to live (ms). It returns 'claimed' (also when this message had),
-// 'held' or 'taken'.
+// time to live (ms), '1' to give up the message's own body. It returns
+// 'claimed' (also when this message had), 'held', 'own' or 'taken'.
 var claimScript = redis.NewScript(`
-if redis.call('EXISTS', KEYS[1]) == 1 then return 'held' end
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  if ARGV[1] == '0' or redis.call('HGET', KEYS[1], 'intake_seq') ~= ARGV[1] then return 'held' end
+  if ARGV[3] ~= '1' then return 'own' end
+  redis.call('DEL', KEYS[1])
+end
 local by = redis.call('GET', KEYS[2])
 if by and by ~= ARGV[1] then return 'taken' end
 redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
@@ -806,6 +818,7 @@ const (
 	claimed = "claimed" // the message at seq holds the claim (now, or already)
 	isHeld  = "held"    // a call of the id is held: no message may claim it
 	isTaken = "taken"   // another message claimed the id
+	isOwn   = "own"     // the id's body is this message's: its hold, interrupted or finished
 )
 
 // claim takes the id for the message at stream sequence seq, which does
@@ -815,9 +828,11 @@ const (
 // a call of the id is never held while its caller is answered by another
 // message, nor answered while held; nor does another message of the id
 // take a waiting call's place.
-func (s *store) claim(ctx context.Context, id string, seq uint64, ttl time.Duration) (string, error) {
+// With giveUpOwn, a body of the message's own hold (one whose state was
+// never written: the caller checked) is deleted and the id claimed.
+func (s *store) claim(ctx context.Context, id string, seq uint64, ttl time.Duration, giveUpOwn bool) (string, error) {
 	ttl = max(ttl, time.Second)
-	got, err := claimScript.Run(ctx, s.rc, []string{s.bodyKey(id), s.claimKey(id)}, seq, ttl.Milliseconds()).Text()
+	got, err := claimScript.Run(ctx, s.rc, []string{s.bodyKey(id), s.claimKey(id)}, seq, ttl.Milliseconds(), boolField(giveUpOwn)).Text()
 	if err != nil {
 		return "", fmt.Errorf("approval: claim %q: %w", id, err)
 	}

@@ -1,0 +1,131 @@
+package approval_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/windlass-dev/windlass"
+	"github.com/windlass-dev/windlass/approval"
+	"github.com/windlass-dev/windlass/internal/fleettest"
+	"github.com/windlass-dev/windlass/internal/layout"
+	"github.com/windlass-dev/windlass/worker"
+)
+
+// TestAnInterruptedHoldWaitingForItsBoundIsNotDropped: a gated call over
+// the default bound, within its tool's own, has its body written and then
+// its state's write fails (a Redis blip, the process gone between the
+// two): the message is redelivered. Meanwhile its tool's registry entry
+// cannot be read, so the redelivery waits for its tool's bound
+// (awaitBound). The id's body is the message's own: it must go on
+// waiting, and be held once the bound can be read. With store.claim
+// counting any body as "held by another", the message's own body made it
+// drop itself: the call was never held, its caller never answered.
+func TestAnInterruptedHoldWaitingForItsBoundIsNotDropped(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, nil)
+	f.stopSvc()
+	id := "bulk-interrupted-" + windlass.NewCallID()
+	hook := &failHold{id: id}
+	rc := f.Redis.Client(t)
+	rc.AddHook(hook)
+	f.cfg.Redis = rc
+	f.startService()
+	w := f.StartWorker(worker.Config{}, bulkPay())
+	hook.armed.Store(true)
+
+	call := windlass.ToolCall{ID: id, Name: "bulkpay", Deadline: time.Now().Add(time.Hour),
+		Arguments: json.RawMessage(`{"amounts":[` + strings.Repeat("1,", windlass.DefaultMaxArgumentValues) + `1]}`)}
+	f.publishApproval(call)
+	fleettest.WaitFor(t, 10*time.Second, "the hold interrupted after its body", hook.failed.Load)
+
+	// Its tool's entry unreadable before the redelivery (the ack wait, 10 s).
+	if err := w.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Redis.Client(t).HSet(t.Context(), "windlass:tool:{bulkpay}", "spec", "{not json").Err(); err != nil {
+		t.Fatal(err)
+	}
+	// Redelivered after the ack wait, then every 2 s while it waits; or
+	// settled (dropped).
+	fleettest.WaitFor(t, 30*time.Second, "the message redelivered and waiting, or settled", func() bool {
+		info := f.intakeConsumer()
+		return info != nil && info.Delivered.Consumer >= 2 && (info.Delivered.Consumer >= 3 || info.NumAckPending == 0)
+	})
+	if info := f.intakeConsumer(); info.NumAckPending != 1 {
+		t.Fatalf("the interrupted call's message was settled (%d unacknowledged) while its tool's bound was unknown: dropped", info.NumAckPending)
+	}
+	results, err := f.JetStream().Stream(t.Context(), layout.ResultsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := results.GetLastMsgForSubject(t.Context(), layout.ResultByCall(id)); !errors.Is(err, jetstream.ErrMsgNotFound) {
+		t.Fatalf("answered while waiting for its bound (%v)", err)
+	}
+
+	// Its entry written again (its workers advertise).
+	if err := f.Redis.Client(t).Del(t.Context(), "windlass:tool:{bulkpay}").Err(); err != nil {
+		t.Fatal(err)
+	}
+	f.StartWorker(worker.Config{}, bulkPay())
+	var h *approval.HeldCall
+	fleettest.WaitFor(t, 15*time.Second, "the call held once its bound is read", func() bool {
+		h, err = f.svc.Get(context.Background(), id)
+		return err == nil
+	})
+	if h.Status != approval.StatusPending {
+		t.Errorf("held as %s; want pending", h.Status)
+	}
+}
+
+// TestAnInterruptedHoldRefusedOnItsRedeliveryIsAnswered: the same
+// interrupted hold, its deadline reached while its tool's bound cannot be
+// read on its redelivery: its caller is answered expired (what a call
+// never held is told), and nothing is left held. With store.claim counting
+// the message's own body as another's hold, the message was dropped
+// unanswered: its caller waited for nothing.
+func TestAnInterruptedHoldRefusedOnItsRedeliveryIsAnswered(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, nil)
+	f.stopSvc()
+	id := "bulk-interrupted-late-" + windlass.NewCallID()
+	hook := &failHold{id: id}
+	rc := f.Redis.Client(t)
+	rc.AddHook(hook)
+	f.cfg.Redis = rc
+	f.startService()
+	w := f.StartWorker(worker.Config{}, bulkPay())
+	hook.armed.Store(true)
+
+	call := windlass.ToolCall{ID: id, Name: "bulkpay", Deadline: time.Now().Add(5 * time.Second),
+		Arguments: json.RawMessage(`{"amounts":[` + strings.Repeat("1,", windlass.DefaultMaxArgumentValues) + `1]}`)}
+	f.publishApproval(call)
+	fleettest.WaitFor(t, 10*time.Second, "the hold interrupted after its body", hook.failed.Load)
+	if err := w.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Redis.Client(t).HSet(t.Context(), "windlass:tool:{bulkpay}", "spec", "{not json").Err(); err != nil {
+		t.Fatal(err)
+	}
+	results, err := f.JetStream().Stream(t.Context(), layout.ResultsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var answer *jetstream.RawStreamMsg
+	fleettest.WaitFor(t, 30*time.Second, "the caller answered after the redelivery", func() bool {
+		answer, err = results.GetLastMsgForSubject(context.Background(), layout.ResultByCall(id))
+		return err == nil
+	})
+	var r windlass.ToolResult
+	if err := json.Unmarshal(answer.Data, &r); err != nil || r.Code() != windlass.CodeExpired {
+		t.Errorf("caller answered %v %.300q (%v); want expired", r.Code(), r.Content, err)
+	}
+	if h, err := f.svc.Get(t.Context(), id); err == nil {
+		t.Errorf("held as well as answered: %+v", h.Status)
+	}
+}
