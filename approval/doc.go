@@ -97,13 +97,16 @@
 //
 //	<p>call:{<id>}               HASH  the call's bulk: call (the message), args, metadata,
 //	                                   args_ref, args_preview, intake_args_hash (of the
-//	                                   message held: another of the id is not it); written
+//	                                   message held: another of the id is not it),
+//	                                   intake_seq (its approvals-stream sequence: its own
+//	                                   redelivery is not another message); written
 //	                                   once; expires with the window plus
 //	                                   the retention (deleted with the call before that)
 //	<p>claim:{<id>}              STRING the approvals-stream sequence of the message
 //	                                   that took the id without holding it: one waiting
 //	                                   for its tool's bound on argument values (expires
-//	                                   with the wait), one refused and answered (an
+//	                                   an hour after the wait: its last delivery comes
+//	                                   after it), one refused and answered (an
 //	                                   hour); set only while no body is, and no body is
 //	                                   written for another message while it is (one Lua
 //	                                   script each, on the id's slot)

@@ -129,3 +129,57 @@ func TestAnInterruptedHoldRefusedOnItsRedeliveryIsAnswered(t *testing.T) {
 		t.Errorf("held as well as answered: %+v", h.Status)
 	}
 }
+
+// TestAWaitingCallsIDIsNotFreeBeforeItsLastDelivery: a gated call over
+// the default bound whose tool the registry does not list waits for its
+// tool's bound until its deadline, delivered every 2 s. Its claim on the
+// id must last until the delivery that settles it (answered expired), not
+// end at the deadline itself: in between, a message of its id with other
+// arguments within the bound (any publisher on windlass.approval.*) was
+// held in its place, and the waiting call was dropped unanswered.
+func TestAWaitingCallsIDIsNotFreeBeforeItsLastDelivery(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, nil)
+	id := "bulk-gap-" + windlass.NewCallID()
+	deadline := time.Now().Add(4 * time.Second)
+	real := windlass.ToolCall{ID: id, Name: "bulkpay", Deadline: deadline,
+		Arguments: json.RawMessage(`{"amounts":[` + strings.Repeat("1,", windlass.DefaultMaxArgumentValues) + `1]}`)}
+	f.publishApproval(real)
+	rc := f.Redis.Client(t)
+	claimKey := approval.DefaultPrefix + "claim:{" + id + "}"
+	fleettest.WaitFor(t, 10*time.Second, "the waiting call's claim", func() bool {
+		return rc.Exists(context.Background(), claimKey).Val() == 1
+	})
+	// Past the deadline, as soon as the claim lapses, before the real
+	// call's next delivery (or once it is answered: the claim must not
+	// lapse before).
+	time.Sleep(time.Until(deadline))
+	results, err := f.JetStream().Stream(t.Context(), layout.ResultsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fleettest.WaitFor(t, 5*time.Second, "the id free, or the waiting call answered", func() bool {
+		if rc.Exists(context.Background(), claimKey).Val() == 0 {
+			return true
+		}
+		_, err := results.GetLastMsgForSubject(context.Background(), layout.ResultByCall(id))
+		return err == nil
+	})
+	forged := windlass.ToolCall{ID: id, Name: "bulkpay", Deadline: time.Now().Add(time.Hour), Arguments: json.RawMessage(`{"amounts":[1000000]}`)}
+	f.publishApprovalAs("bulkpay", forged, "forged-"+windlass.NewCallID())
+	fleettest.WaitFor(t, 15*time.Second, "both messages settled", func() bool {
+		info := f.intakeConsumer()
+		return info != nil && info.Delivered.Stream >= 2 && info.NumPending == 0 && info.NumAckPending == 0
+	})
+	if h, err := f.svc.Get(t.Context(), id); err == nil {
+		t.Errorf("a message of other arguments was held in the waiting call's place: %s", h.Arguments)
+	}
+	m, err := results.GetLastMsgForSubject(t.Context(), layout.ResultByCall(id))
+	if err != nil {
+		t.Fatalf("the waiting call's caller was never answered: %v", err)
+	}
+	var r windlass.ToolResult
+	if err := json.Unmarshal(m.Data, &r); err != nil || r.Code() != windlass.CodeExpired {
+		t.Errorf("caller answered %v %.300q; want expired", r.Code(), r.Content)
+	}
+}

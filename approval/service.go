@@ -539,7 +539,12 @@ func (s *Service) awaitBound(ctx context.Context, msg jetstream.Msg, call *windl
 	until, seq := s.unheldExpiry(*call, msg, lookupErr), sequenceOf(msg)
 	// The id's body being this message's own (its hold interrupted, or
 	// its ack lost) is no other message's: it waits on.
-	if got, err := s.store.claim(ctx, call.ID, seq, time.Until(until), false); err == nil && got != claimed && got != isOwn {
+	// The claim outlives the wait: the delivery that settles the message
+	// comes after it (up to unknownBoundRetry, or an ack wait, or longer
+	// while no replica runs), and the id must not be free for another
+	// message of it meanwhile; refuseUnheld then claims it for
+	// refusalClaim from its answer.
+	if got, err := s.store.claim(ctx, call.ID, seq, time.Until(until)+refusalClaim, false); err == nil && got != claimed && got != isOwn {
 		log.WarnContext(ctx, "approval: a message over the default bound of a held or claimed call's id; dropped, that call untouched", "call_id", call.ID, "id_is", got)
 		_ = msg.Term()
 		return
