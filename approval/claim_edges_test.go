@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/windlass-dev/windlass"
@@ -181,5 +182,51 @@ func TestAWaitingCallsIDIsNotFreeBeforeItsLastDelivery(t *testing.T) {
 	var r windlass.ToolResult
 	if err := json.Unmarshal(m.Data, &r); err != nil || r.Code() != windlass.CodeExpired {
 		t.Errorf("caller answered %v %.300q; want expired", r.Code(), r.Content)
+	}
+}
+
+// TestAnInterruptedHoldIsFinishedOnlyByItsOwnMessage: a gated call's body
+// is written, then its state's write fails (a Redis blip, the process
+// gone between the two), and its message waits for its redelivery. A
+// second message of the id with the same arguments but another requester
+// and origin (anyone who may publish calls may send one, having seen the
+// first) comes first. It is not that call's message: the call is held
+// from the first's redelivery, as its requester asked, and its answer
+// goes to its own origin. Before, the second message finished the hold
+// (the same arguments' hash was all it was checked by), so the reviewers
+// saw the second's requester, and the release would have sent the answer
+// to the second's origin.
+func TestAnInterruptedHoldIsFinishedOnlyByItsOwnMessage(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, nil)
+	f.stopSvc()
+	id := "pay-own-" + windlass.NewCallID()
+	hook := &failHold{id: id}
+	rc := f.Redis.Client(t)
+	rc.AddHook(hook)
+	f.cfg.Redis = rc
+	f.startService()
+	hook.armed.Store(true)
+
+	args := json.RawMessage(`{"to":"bob","amount":5}`)
+	first := windlass.ToolCall{ID: id, Name: "pay", Arguments: args, Deadline: time.Now().Add(time.Hour), Metadata: map[string]string{"requester": "alice"}}
+	f.publishApproval(first)
+	fleettest.WaitFor(t, 10*time.Second, "the first message's hold interrupted after its body", hook.failed.Load)
+
+	second := first
+	second.Metadata = map[string]string{"requester": "mallory"}
+	data, _ := json.Marshal(second)
+	if _, err := f.JetStream().PublishMsg(t.Context(), &nats.Msg{Subject: layout.ApprovalSubject("pay"), Data: data,
+		Header: nats.Header{nats.MsgIdHdr: []string{"second-" + windlass.NewCallID()}, layout.HeaderOrigin: []string{"someone"}}}); err != nil {
+		t.Fatal(err)
+	}
+	var h *approval.HeldCall
+	fleettest.WaitFor(t, 45*time.Second, "the call held", func() bool {
+		var err error
+		h, err = f.svc.Get(context.Background(), id)
+		return err == nil
+	})
+	if h.Requester != "alice" {
+		t.Errorf("the call is held as requested by %q; want alice, whose message it is (the second message finished its hold)", h.Requester)
 	}
 }

@@ -708,9 +708,9 @@ func (s *Service) intake(ctx context.Context, msg jetstream.Msg) {
 	_, err = s.store.hold(ctx, h, sequenceOf(msg))
 	switch {
 	case errors.Is(err, errAnotherCall):
-		// Not the held call (anyone who may publish calls may send a
-		// message with its id): neither held nor answered.
-		log.WarnContext(ctx, "approval: a message with a held call's id and other arguments; terminating it", "call_id", call.ID, "error", err)
+		// Not the held call's message (anyone who may publish calls may
+		// send one with its id): neither held nor answered.
+		log.WarnContext(ctx, "approval: another message of a held or claimed call's id; terminating it", "call_id", call.ID, "error", err)
 		_ = msg.Term()
 		return
 	case err != nil:

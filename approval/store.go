@@ -295,16 +295,22 @@ return 1
 // one (the first message of an id is the call) or another message claimed
 // the id without holding it (see claimScript). It returns {'written' or
 // 'held', the arguments hash of the body the id has now (the one written,
-// or the one found; "" for a body written before bodies held their hash)}
-// or {'claimed', the claiming message's sequence}. The body keeps the
-// message's sequence (intake_seq): a hold of that message interrupted
-// after its body is its own, not another's (see claimScript). KEYS: the
-// body, the id's claim. ARGV: the expiry (Unix ms), the message's
-// sequence, then the
+// or the one found; "" for a body written before bodies held their hash)},
+// {'other', the sequence of the message whose body it is} or {'claimed',
+// the claiming message's sequence}. The body keeps the message's sequence
+// (intake_seq): a hold of that message interrupted after its body is its
+// own, not another's (see claimScript), and only that message finishes
+// it — another of the id, even with the same arguments, would write the
+// state with its own requester and origin. KEYS: the body, the id's
+// claim. ARGV: the expiry (Unix ms), the message's sequence, then the
 // fields and values (intake_args_hash among them: the hash the call came
 // with, not the state's args_hash, which an edit changes).
 var bodyScript = redis.NewScript(`
-if redis.call('EXISTS', KEYS[1]) == 1 then return {'held', redis.call('HGET', KEYS[1], 'intake_args_hash') or ''} end
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  local seq = redis.call('HGET', KEYS[1], 'intake_seq')
+  if seq and seq ~= ARGV[2] then return {'other', seq} end
+  return {'held', redis.call('HGET', KEYS[1], 'intake_args_hash') or ''}
+end
 local by = redis.call('GET', KEYS[2])
 if by and by ~= ARGV[2] then return {'claimed', by} end
 redis.call('HSET', KEYS[1], 'intake_seq', ARGV[2], unpack(ARGV, 3))
@@ -313,7 +319,8 @@ return {'written', redis.call('HGET', KEYS[1], 'intake_args_hash')}
 `)
 
 // errAnotherCall is a message of an id whose held call (its body written
-// already) has other arguments: not that call.
+// already) came from another message, or one of an id another message
+// claimed: not that call.
 var errAnotherCall = errors.New("approval: the id is held for a call with other arguments")
 
 // hold persists a new held call, taken in from the approvals stream's
@@ -351,8 +358,11 @@ func (s *store) hold(ctx context.Context, h *HeldCall, seq uint64) (bool, error)
 	if len(got) != 2 {
 		return false, fmt.Errorf("approval: hold %q: unexpected reply %q", h.ID, got)
 	}
-	if got[0] == "claimed" {
+	switch got[0] {
+	case "claimed":
 		return false, fmt.Errorf("%w: %q is claimed by message %s, which does not hold it", errAnotherCall, h.ID, got[1])
+	case "other":
+		return false, fmt.Errorf("%w: %q is held from message %s", errAnotherCall, h.ID, got[1])
 	}
 	if bodyHash := got[1]; bodyHash != "" && bodyHash != h.ArgsHash {
 		return false, fmt.Errorf("%w: %q holds arguments of hash %s, this message %s", errAnotherCall, h.ID, bodyHash, h.ArgsHash)
