@@ -107,7 +107,9 @@
 //	                                   for its tool's bound on argument values (expires
 //	                                   an hour after the wait: its last delivery comes
 //	                                   after it), one refused and answered (an
-//	                                   hour); set only while no body is, and no body is
+//	                                   hour; "<seq> <code>": not even its own
+//	                                   redelivery is held, it is answered again);
+//	                                   set only while no body is, and no body is
 //	                                   written for another message while it is (one Lua
 //	                                   script each, on the id's slot)
 //	<p>{index}:call:<id>         HASH  its state: args_hash, approved_args, tool, spec_hash,

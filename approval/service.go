@@ -482,7 +482,7 @@ const refusalClaim = time.Hour
 // is delivered again later.
 func (s *Service) refuseUnheld(ctx context.Context, msg jetstream.Msg, call *windlass.ToolCall, code windlass.ErrorCode, text string) {
 	seq := sequenceOf(msg)
-	got, err := s.store.claim(ctx, call.ID, seq, refusalClaim, false)
+	got, err := s.store.claim(ctx, call.ID, seq, refusalClaim, false, code)
 	if err == nil && got == isOwn {
 		// The id's body is this message's own: its hold was interrupted
 		// after the body (a Redis blip, the process gone), or finished
@@ -490,7 +490,7 @@ func (s *Service) refuseUnheld(ctx context.Context, msg jetstream.Msg, call *win
 		// Never held: the body is given up, and the id claimed, so that
 		// no hold of it finishes after the answer.
 		if _, err = s.store.get(ctx, call.ID); errors.Is(err, errNotFound) {
-			got, err = s.store.claim(ctx, call.ID, seq, refusalClaim, true)
+			got, err = s.store.claim(ctx, call.ID, seq, refusalClaim, true, code)
 		} else if err == nil {
 			got = isHeld
 		}
@@ -544,7 +544,7 @@ func (s *Service) awaitBound(ctx context.Context, msg jetstream.Msg, call *windl
 	// while no replica runs), and the id must not be free for another
 	// message of it meanwhile; refuseUnheld then claims it for
 	// refusalClaim from its answer.
-	if got, err := s.store.claim(ctx, call.ID, seq, time.Until(until)+refusalClaim, false); err == nil && got != claimed && got != isOwn {
+	if got, err := s.store.claim(ctx, call.ID, seq, time.Until(until)+refusalClaim, false, ""); err == nil && got != claimed && got != isOwn {
 		log.WarnContext(ctx, "approval: a message over the default bound of a held or claimed call's id; dropped, that call untouched", "call_id", call.ID, "id_is", got)
 		_ = msg.Term()
 		return
@@ -706,7 +706,16 @@ func (s *Service) intake(ctx context.Context, msg jetstream.Msg) {
 		h.Requester = strings.ReplaceAll(h.Requester, ",", "_")
 	}
 	_, err = s.store.hold(ctx, h, sequenceOf(msg))
+	var refused *refusedError
 	switch {
+	case errors.As(err, &refused):
+		// Refused on an earlier delivery, and answered then (or about
+		// to be: the process gone before, the answer not stored): its
+		// caller was told it is not held, so it is not; answered again
+		// (the results stream keeps the first answer).
+		log.WarnContext(ctx, "approval: a message refused on an earlier delivery; refusing it again", "call_id", call.ID, "code", refused.code)
+		s.refuseUnheld(ctx, msg, &call, refused.code, fmt.Sprintf("The call to %q was refused (%s) when the approval service first took it in; nothing was held or run.", call.Name, refused.code))
+		return
 	case errors.Is(err, errAnotherCall):
 		// Not the held call's message (anyone who may publish calls may
 		// send one with its id): neither held nor answered.

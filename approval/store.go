@@ -296,8 +296,9 @@ return 1
 // the id without holding it (see claimScript). It returns {'written' or
 // 'held', the arguments hash of the body the id has now (the one written,
 // or the one found; "" for a body written before bodies held their hash)},
-// {'other', the sequence of the message whose body it is} or {'claimed',
-// the claiming message's sequence}. The body keeps the message's sequence
+// {'other', the sequence of the message whose body it is}, {'claimed',
+// the claiming message's claim} or {'refused', this message's own claim
+// as a refusal (see claimScript): it was answered, and is never held}. The body keeps the message's sequence
 // (intake_seq): a hold of that message interrupted after its body is its
 // own, not another's (see claimScript), and only that message finishes
 // it — another of the id, even with the same arguments, would write the
@@ -312,7 +313,10 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
   return {'held', redis.call('HGET', KEYS[1], 'intake_args_hash') or ''}
 end
 local by = redis.call('GET', KEYS[2])
-if by and by ~= ARGV[2] then return {'claimed', by} end
+if by and by ~= ARGV[2] then
+  if string.sub(by, 1, #ARGV[2] + 1) == ARGV[2] .. ' ' then return {'refused', by} end
+  return {'claimed', by}
+end
 redis.call('HSET', KEYS[1], 'intake_seq', ARGV[2], unpack(ARGV, 3))
 redis.call('PEXPIREAT', KEYS[1], ARGV[1])
 return {'written', redis.call('HGET', KEYS[1], 'intake_args_hash')}
@@ -322,6 +326,16 @@ return {'written', redis.call('HGET', KEYS[1], 'intake_args_hash')}
 // already) came from another message, or one of an id another message
 // claimed: not that call.
 var errAnotherCall = errors.New("approval: the id is held for a call with other arguments")
+
+// refusedError is a message refused before (its claim of the id says
+// so, with the code it was answered): its redelivery is not held, even
+// where it could be now (its tool's bound read since, a registry
+// changed), as its caller was told it was not.
+type refusedError struct{ code windlass.ErrorCode }
+
+func (e *refusedError) Error() string {
+	return fmt.Sprintf("approval: the message was refused before (%s)", e.code)
+}
 
 // hold persists a new held call, taken in from the approvals stream's
 // message at sequence seq; it reports false for one already held.
@@ -359,6 +373,9 @@ func (s *store) hold(ctx context.Context, h *HeldCall, seq uint64) (bool, error)
 		return false, fmt.Errorf("approval: hold %q: unexpected reply %q", h.ID, got)
 	}
 	switch got[0] {
+	case "refused":
+		_, code, _ := strings.Cut(got[1], " ")
+		return false, &refusedError{code: windlass.ErrorCode(code)}
 	case "claimed":
 		return false, fmt.Errorf("%w: %q is claimed by message %s, which does not hold it", errAnotherCall, h.ID, got[1])
 	case "other":
@@ -808,9 +825,15 @@ func auditTime(id string) time.Time {
 // its state or finished: 'own', unless ARGV[3] is '1', which gives the
 // body up (deletes it) and claims the id in its place — for a refusal of
 // the message whose hold never finished (see refuseUnheld).
+// A refusal's claim records its code after the sequence ("<seq> <code>"):
+// that message was answered, and bodyScript never writes its body, not
+// even on its own redelivery (one that comes before its Term, or after a
+// Term lost); a waiting message's claim (the sequence alone) lets its own
+// hold write it. A claim once a refusal's stays one.
 // KEYS: the body, the claim. ARGV: the message's sequence, the claim's
-// time to live (ms), '1' to give up the message's own body. It returns
-// 'claimed' (also when this message had), 'held', 'own' or 'taken'.
+// time to live (ms), '1' to give up the message's own body, the refusal's
+// code (empty for a waiting message). It returns 'claimed' (also when this
+// message had), 'held', 'own' or 'taken'.
 var claimScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 1 then
   if ARGV[1] == '0' or redis.call('HGET', KEYS[1], 'intake_seq') ~= ARGV[1] then return 'held' end
@@ -818,8 +841,11 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
   redis.call('DEL', KEYS[1])
 end
 local by = redis.call('GET', KEYS[2])
-if by and by ~= ARGV[1] then return 'taken' end
-redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
+local refused = by and string.sub(by, 1, #ARGV[1] + 1) == ARGV[1] .. ' '
+if by and by ~= ARGV[1] and not refused then return 'taken' end
+local v = ARGV[1]
+if ARGV[4] ~= '' then v = ARGV[1] .. ' ' .. ARGV[4] elseif refused then v = by end
+redis.call('SET', KEYS[2], v, 'PX', ARGV[2])
 return 'claimed'
 `)
 
@@ -840,9 +866,11 @@ const (
 // take a waiting call's place.
 // With giveUpOwn, a body of the message's own hold (one whose state was
 // never written: the caller checked) is deleted and the id claimed.
-func (s *store) claim(ctx context.Context, id string, seq uint64, ttl time.Duration, giveUpOwn bool) (string, error) {
+// refusal is the code a refused message answers with; "" for a waiting
+// one.
+func (s *store) claim(ctx context.Context, id string, seq uint64, ttl time.Duration, giveUpOwn bool, refusal windlass.ErrorCode) (string, error) {
 	ttl = max(ttl, time.Second)
-	got, err := claimScript.Run(ctx, s.rc, []string{s.bodyKey(id), s.claimKey(id)}, seq, ttl.Milliseconds(), boolField(giveUpOwn)).Text()
+	got, err := claimScript.Run(ctx, s.rc, []string{s.bodyKey(id), s.claimKey(id)}, seq, ttl.Milliseconds(), boolField(giveUpOwn), string(refusal)).Text()
 	if err != nil {
 		return "", fmt.Errorf("approval: claim %q: %w", id, err)
 	}
