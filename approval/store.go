@@ -829,7 +829,9 @@ func auditTime(id string) time.Time {
 // that message was answered, and bodyScript never writes its body, not
 // even on its own redelivery (one that comes before its Term, or after a
 // Term lost); a waiting message's claim (the sequence alone) lets its own
-// hold write it. A claim once a refusal's stays one.
+// hold write it. A claim once a refusal's stays one, and a message's own
+// claim is never shortened: a redelivery's wait, computed again, may have
+// ended long before its refusal's answer (see awaitBound).
 // KEYS: the body, the claim. ARGV: the message's sequence, the claim's
 // time to live (ms), '1' to give up the message's own body, the refusal's
 // code (empty for a waiting message). It returns 'claimed' (also when this
@@ -845,7 +847,9 @@ local refused = by and string.sub(by, 1, #ARGV[1] + 1) == ARGV[1] .. ' '
 if by and by ~= ARGV[1] and not refused then return 'taken' end
 local v = ARGV[1]
 if ARGV[4] ~= '' then v = ARGV[1] .. ' ' .. ARGV[4] elseif refused then v = by end
-redis.call('SET', KEYS[2], v, 'PX', ARGV[2])
+local ttl = tonumber(ARGV[2])
+if by then ttl = math.max(ttl, redis.call('PTTL', KEYS[2])) end
+redis.call('SET', KEYS[2], v, 'PX', ttl)
 return 'claimed'
 `)
 
@@ -858,7 +862,7 @@ const (
 )
 
 // claim takes the id for the message at stream sequence seq, which does
-// not hold it, for ttl: one waiting for its tool's bound (until the wait
+// not hold it, for ttl (or what is left of its claim already, if longer): one waiting for its tool's bound (until the wait
 // ends), or one refused, before it answers the id. A held call's body and
 // a claim exclude each other atomically (bodyScript checks the claim), so
 // a call of the id is never held while its caller is answered by another
