@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -304,3 +305,76 @@ func TestARefusedMessageIsNotHeldOnItsRedelivery(t *testing.T) {
 		t.Errorf("the call is neither held nor answered")
 	}
 }
+
+// TestARefusalWhoseAnswerCannotBeStoredIsDeliveredAgain: a message the
+// intake refuses (here it names another tool than its subject's) cannot
+// have its answer stored: the results stream refuses writes (full, here;
+// a NATS outage or a lost leader would do the same). The refusal does not
+// terminate its message with its caller unanswered: the message is
+// delivered again, refused again (its claim says so), and its caller is
+// answered once the stream takes writes. Before, the refusal logged the
+// failed answer and terminated the message: the caller waited for its
+// deadline and was never told.
+func TestARefusalWhoseAnswerCannotBeStoredIsDeliveredAgain(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, nil)
+	f.stopSvc()
+	var unanswered atomic.Int32
+	f.cfg.Logger = slog.New(countingHandler{match: "could not answer the caller", n: &unanswered})
+	f.startService()
+	results, err := f.JetStream().Stream(t.Context(), layout.ResultsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := results.Info(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := info.Config
+	full := open
+	full.MaxMsgs, full.Discard = max(int64(info.State.Msgs), 1), jetstream.DiscardNew
+	if info.State.Msgs == 0 {
+		if _, err := f.JetStream().Publish(t.Context(), layout.ResultSubject("filler", "filler"), []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := f.JetStream().UpdateStream(t.Context(), full); err != nil {
+		t.Fatal(err)
+	}
+
+	id := "refused-unstored-" + windlass.NewCallID()
+	refused := windlass.ToolCall{ID: id, Name: "bulkpay", Deadline: time.Now().Add(time.Hour), Arguments: json.RawMessage(`{"amounts":[1]}`)}
+	f.publishApprovalAs("pay", refused, "refused-"+windlass.NewCallID())
+	fleettest.WaitFor(t, 90*time.Second, "every delivery of the refused message so far gave up its answer", func() bool {
+		info := f.intakeConsumer()
+		return info != nil && info.Delivered.Stream >= 1 && unanswered.Load() >= int32(info.Delivered.Consumer)
+	})
+	if _, err := f.JetStream().UpdateStream(t.Context(), open); err != nil {
+		t.Fatal(err)
+	}
+	var answer *jetstream.RawStreamMsg
+	fleettest.WaitFor(t, 30*time.Second, "the refused call's caller answered", func() bool {
+		answer, err = results.GetLastMsgForSubject(context.Background(), layout.ResultByCall(id))
+		return err == nil
+	})
+	var r windlass.ToolResult
+	if err := json.Unmarshal(answer.Data, &r); err != nil || r.Code() != windlass.CodeInvalidCall {
+		t.Errorf("caller answered %v %.300q (%v); want invalid_call", r.Code(), r.Content, err)
+	}
+}
+
+// countingHandler counts the log records whose message contains match.
+type countingHandler struct {
+	match string
+	n     *atomic.Int32
+}
+
+func (h countingHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h countingHandler) Handle(_ context.Context, r slog.Record) error {
+	if strings.Contains(r.Message, h.match) {
+		h.n.Add(1)
+	}
+	return nil
+}
+func (h countingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h countingHandler) WithGroup(string) slog.Handler      { return h }

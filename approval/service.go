@@ -508,9 +508,22 @@ func (s *Service) refuseUnheld(ctx context.Context, msg jetstream.Msg, call *win
 	if hook := s.beforeRefusalAnswer.Load(); hook != nil {
 		(*hook)(call.ID)
 	}
-	s.answer(ctx, &HeldCall{ID: call.ID, Tool: call.Name, call: call, origin: msg.Headers().Get(layout.HeaderOrigin)}, code, text)
+	err = s.answerWithin(ctx, &HeldCall{ID: call.ID, Tool: call.Name, call: call, origin: msg.Headers().Get(layout.HeaderOrigin)}, code, text, refusalAnswerRetry)
+	if err != nil && !errors.Is(err, nats.ErrMaxPayload) {
+		// Not stored (the results stream unwritable): delivered again,
+		// and refused again (its claim says so), until its caller is
+		// answered. Terminated, it would leave its caller waiting for
+		// its deadline, no decision in Redis for a sweep to answer.
+		_ = msg.NakWithDelay(unknownBoundRetry)
+		return
+	}
 	_ = msg.Term()
 }
+
+// refusalAnswerRetry is how long a refusal's answer is retried before its
+// message is delivered again: under the intake consumer's ack wait (10 s),
+// so that no redelivery of the message runs beside a retrying refusal.
+const refusalAnswerRetry = 5 * time.Second
 
 // argumentValueLimit is the bound on the JSON values of a call of tool as
 // the registry has it; when the registry cannot say (Redis unreachable,
@@ -815,7 +828,7 @@ func decisionAnswer(h *HeldCall) (code windlass.ErrorCode, text string, ok bool)
 func (s *Service) answerDecision(ctx context.Context, h *HeldCall, retryFor time.Duration) bool {
 	code, text, ok := decisionAnswer(h)
 	if ok {
-		s.answerWithin(ctx, h, code, text, retryFor)
+		_ = s.answerWithin(ctx, h, code, text, retryFor)
 	}
 	return ok
 }
@@ -823,11 +836,12 @@ func (s *Service) answerDecision(ctx context.Context, h *HeldCall, retryFor time
 // answer publishes an error result to the call's caller, retrying for
 // answerRetry.
 func (s *Service) answer(ctx context.Context, h *HeldCall, code windlass.ErrorCode, text string) {
-	s.answerWithin(ctx, h, code, text, answerRetry)
+	_ = s.answerWithin(ctx, h, code, text, answerRetry)
 }
 
-// answerWithin is answer, retrying for retryFor.
-func (s *Service) answerWithin(ctx context.Context, h *HeldCall, code windlass.ErrorCode, text string, retryFor time.Duration) {
+// answerWithin is answer, retrying for retryFor; it returns why the
+// answer could not be stored (logged already).
+func (s *Service) answerWithin(ctx context.Context, h *HeldCall, code windlass.ErrorCode, text string, retryFor time.Duration) error {
 	call, _ := h.toolCall() // undecodable: its id and tool still answer it
 	r := windlass.ErrorResult(call, code, textcut.Cut(text, maxAnswerText))
 	data, _ := json.Marshal(r)
@@ -848,7 +862,7 @@ func (s *Service) answerWithin(ctx context.Context, h *HeldCall, code windlass.E
 	})
 	if err != nil {
 		s.cfg.Logger.ErrorContext(ctx, "approval: could not answer the caller", "call_id", h.ID, "code", code, "error", err)
-		return
+		return err
 	}
 	// Its answer is stored: the admission slot the call took, if any, is
 	// free (see package limits, "A call's slot"), and the answer sweep
@@ -857,6 +871,7 @@ func (s *Service) answerWithin(ctx context.Context, h *HeldCall, code windlass.E
 	if err := s.store.answered(ctx, h.ID); err != nil {
 		s.cfg.Logger.DebugContext(ctx, "approval: could not mark the call answered; the answer sweep will answer it again (the first answer stands)", "call_id", h.ID, "error", err)
 	}
+	return nil
 }
 
 // answerDecided answers again the callers of calls decided against —
