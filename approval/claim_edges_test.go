@@ -32,13 +32,8 @@ import (
 func TestAnInterruptedHoldWaitingForItsBoundIsNotDropped(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, nil)
-	f.stopSvc()
 	id := "bulk-interrupted-" + windlass.NewCallID()
-	hook := &failHold{id: id}
-	rc := f.Redis.Client(t)
-	rc.AddHook(hook)
-	f.cfg.Redis = rc
-	f.startService()
+	hook := f.failingHolds(id)
 	w := f.StartWorker(worker.Config{}, bulkPay())
 	hook.armed.Store(true)
 
@@ -95,13 +90,8 @@ func TestAnInterruptedHoldWaitingForItsBoundIsNotDropped(t *testing.T) {
 func TestAnInterruptedHoldRefusedOnItsRedeliveryIsAnswered(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, nil)
-	f.stopSvc()
 	id := "bulk-interrupted-late-" + windlass.NewCallID()
-	hook := &failHold{id: id}
-	rc := f.Redis.Client(t)
-	rc.AddHook(hook)
-	f.cfg.Redis = rc
-	f.startService()
+	hook := f.failingHolds(id)
 	w := f.StartWorker(worker.Config{}, bulkPay())
 	hook.armed.Store(true)
 
@@ -201,13 +191,8 @@ func TestAWaitingCallsIDIsNotFreeBeforeItsLastDelivery(t *testing.T) {
 func TestAnInterruptedHoldIsFinishedOnlyByItsOwnMessage(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, nil)
-	f.stopSvc()
 	id := "pay-own-" + windlass.NewCallID()
-	hook := &failHold{id: id}
-	rc := f.Redis.Client(t)
-	rc.AddHook(hook)
-	f.cfg.Redis = rc
-	f.startService()
+	hook := f.failingHolds(id)
 	hook.armed.Store(true)
 
 	args := json.RawMessage(`{"to":"bob","amount":5}`)
@@ -289,21 +274,7 @@ func TestARefusedMessageIsNotHeldOnItsRedelivery(t *testing.T) {
 		info := f.intakeConsumer()
 		return info != nil && info.NumPending == 0 && info.NumAckPending == 0
 	})
-	results, err := f.JetStream().Stream(t.Context(), layout.ResultsStream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	answer, err := results.GetLastMsgForSubject(t.Context(), layout.ResultByCall(id))
-	if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
-		t.Fatal(err)
-	}
-	h, herr := f.svc.Get(context.Background(), id)
-	switch {
-	case err == nil && herr == nil:
-		t.Errorf("the call is held (%s) and its caller answered: %.300s", h.Status, answer.Data)
-	case err != nil && herr != nil:
-		t.Errorf("the call is neither held nor answered")
-	}
+	f.heldOrAnswered(id)
 }
 
 // TestARefusalWhoseAnswerCannotBeStoredIsDeliveredAgain: a message the

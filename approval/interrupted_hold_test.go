@@ -28,6 +28,20 @@ type failHold struct {
 	failed atomic.Bool
 }
 
+// failingHolds restarts the fleet's approval service on a Redis client
+// that fails, once armed, the first hold of call id after its body
+// (failHold), and returns the hook.
+func (f *fleet) failingHolds(id string) *failHold {
+	f.t.Helper()
+	f.stopSvc()
+	hook := &failHold{id: id}
+	rc := f.Redis.Client(f.t)
+	rc.AddHook(hook)
+	f.cfg.Redis = rc
+	f.startService()
+	return hook
+}
+
 func (h *failHold) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h *failHold) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
@@ -71,13 +85,8 @@ func (h *failHold) isHold(cmd redis.Cmder) bool {
 func TestAHoldInterruptedAfterItsBodyIsNotPairedWithAnotherMessage(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, nil)
-	f.stopSvc()
 	id := "pay-" + windlass.NewCallID()
-	hook := &failHold{id: id}
-	rc := f.Redis.Client(t)
-	rc.AddHook(hook)
-	f.cfg.Redis = rc
-	f.startService()
+	hook := f.failingHolds(id)
 	hook.armed.Store(true)
 
 	got := make(chan windlass.ToolResult, 1)
