@@ -32,23 +32,7 @@ import (
 func TestAnInterruptedHoldWaitingForItsBoundIsNotDropped(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, nil)
-	id := "bulk-interrupted-" + windlass.NewCallID()
-	hook := f.failingHolds(id)
-	w := f.StartWorker(worker.Config{}, bulkPay())
-	hook.armed.Store(true)
-
-	call := windlass.ToolCall{ID: id, Name: "bulkpay", Deadline: time.Now().Add(time.Hour),
-		Arguments: json.RawMessage(`{"amounts":[` + strings.Repeat("1,", windlass.DefaultMaxArgumentValues) + `1]}`)}
-	f.publishApproval(call)
-	fleettest.WaitFor(t, 10*time.Second, "the hold interrupted after its body", hook.failed.Load)
-
-	// Its tool's entry unreadable before the redelivery (the ack wait, 10 s).
-	if err := w.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Redis.Client(t).HSet(t.Context(), "windlass:tool:{bulkpay}", "spec", "{not json").Err(); err != nil {
-		t.Fatal(err)
-	}
+	id := f.interruptedBulkHold("bulk-interrupted-", time.Hour)
 	// Redelivered after the ack wait, then every 2 s while it waits; or
 	// settled (dropped).
 	fleettest.WaitFor(t, 30*time.Second, "the message redelivered and waiting, or settled", func() bool {
@@ -81,6 +65,30 @@ func TestAnInterruptedHoldWaitingForItsBoundIsNotDropped(t *testing.T) {
 	}
 }
 
+// interruptedBulkHold publishes a call of bulkpay over the default bound
+// (within the tool's own), due in within, whose hold is interrupted after
+// its body (failHold); then makes the tool's registry entry unreadable
+// (its worker stopped, its spec garbled) before the message's redelivery
+// (the ack wait, 10 s), and returns the call's id.
+func (f *fleet) interruptedBulkHold(idPrefix string, within time.Duration) string {
+	f.t.Helper()
+	id := idPrefix + windlass.NewCallID()
+	hook := f.failingHolds(id)
+	w := f.StartWorker(worker.Config{}, bulkPay())
+	hook.armed.Store(true)
+	call := windlass.ToolCall{ID: id, Name: "bulkpay", Deadline: time.Now().Add(within),
+		Arguments: json.RawMessage(`{"amounts":[` + strings.Repeat("1,", windlass.DefaultMaxArgumentValues) + `1]}`)}
+	f.publishApproval(call)
+	fleettest.WaitFor(f.t, 10*time.Second, "the hold interrupted after its body", hook.failed.Load)
+	if err := w.Stop(); err != nil {
+		f.t.Fatal(err)
+	}
+	if err := f.Redis.Client(f.t).HSet(f.t.Context(), "windlass:tool:{bulkpay}", "spec", "{not json").Err(); err != nil {
+		f.t.Fatal(err)
+	}
+	return id
+}
+
 // TestAnInterruptedHoldRefusedOnItsRedeliveryIsAnswered: the same
 // interrupted hold, its deadline reached while its tool's bound cannot be
 // read on its redelivery: its caller is answered expired (what a call
@@ -90,21 +98,7 @@ func TestAnInterruptedHoldWaitingForItsBoundIsNotDropped(t *testing.T) {
 func TestAnInterruptedHoldRefusedOnItsRedeliveryIsAnswered(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, nil)
-	id := "bulk-interrupted-late-" + windlass.NewCallID()
-	hook := f.failingHolds(id)
-	w := f.StartWorker(worker.Config{}, bulkPay())
-	hook.armed.Store(true)
-
-	call := windlass.ToolCall{ID: id, Name: "bulkpay", Deadline: time.Now().Add(5 * time.Second),
-		Arguments: json.RawMessage(`{"amounts":[` + strings.Repeat("1,", windlass.DefaultMaxArgumentValues) + `1]}`)}
-	f.publishApproval(call)
-	fleettest.WaitFor(t, 10*time.Second, "the hold interrupted after its body", hook.failed.Load)
-	if err := w.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Redis.Client(t).HSet(t.Context(), "windlass:tool:{bulkpay}", "spec", "{not json").Err(); err != nil {
-		t.Fatal(err)
-	}
+	id := f.interruptedBulkHold("bulk-interrupted-late-", 5*time.Second)
 	results, err := f.JetStream().Stream(t.Context(), layout.ResultsStream)
 	if err != nil {
 		t.Fatal(err)

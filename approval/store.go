@@ -298,15 +298,16 @@ return 1
 // or the one found; "" for a body written before bodies held their hash)},
 // {'other', the sequence of the message whose body it is}, {'claimed',
 // the claiming message's claim} or {'refused', this message's own claim
-// as a refusal (see claimScript): it was answered, and is never held}. The body keeps the message's sequence
-// (intake_seq): a hold of that message interrupted after its body is its
-// own, not another's (see claimScript), and only that message finishes
-// it — another of the id, even with the same arguments, would write the
-// state with its own requester and origin. KEYS: the body, the id's
-// claim. ARGV: the expiry (Unix ms), the message's sequence, then the
-// fields and values (intake_args_hash among them: the hash the call came
-// with, not the state's args_hash, which an edit changes).
-var bodyScript = redis.NewScript(`
+// as a refusal (see claimScript): it was answered, and is never held}.
+// The body keeps the message's sequence (intake_seq): a hold of that
+// message interrupted after its body is its own, not another's (see
+// claimScript), and only that message finishes it — another of the id,
+// even with the same arguments, would write the state with its own
+// requester and origin. KEYS: the body, the id's claim. ARGV: the expiry
+// (Unix ms), the message's sequence, then the fields and values
+// (intake_args_hash among them: the hash the call came with, not the
+// state's args_hash, which an edit changes).
+var bodyScript = redis.NewScript(refusalLua + `
 if redis.call('EXISTS', KEYS[1]) == 1 then
   local seq = redis.call('HGET', KEYS[1], 'intake_seq')
   if seq and seq ~= ARGV[2] then return {'other', seq} end
@@ -314,7 +315,7 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
 end
 local by = redis.call('GET', KEYS[2])
 if by and by ~= ARGV[2] then
-  if string.sub(by, 1, #ARGV[2] + 1) == ARGV[2] .. ' ' then return {'refused', by} end
+  if refusedBy(by, ARGV[2]) then return {'refused', by} end
   return {'claimed', by}
 end
 redis.call('HSET', KEYS[1], 'intake_seq', ARGV[2], unpack(ARGV, 3))
@@ -325,7 +326,7 @@ return {'written', redis.call('HGET', KEYS[1], 'intake_args_hash')}
 // errAnotherCall is a message of an id whose held call (its body written
 // already) came from another message, or one of an id another message
 // claimed: not that call.
-var errAnotherCall = errors.New("approval: the id is held for a call with other arguments")
+var errAnotherCall = errors.New("approval: the id is held or claimed by another message")
 
 // refusedError is a message refused before (its claim of the id says
 // so, with the code it was answered): its redelivery is not held, even
@@ -818,6 +819,16 @@ func auditTime(id string) time.Time {
 	return msTime(ms)
 }
 
+// refusalLua defines refusedBy(claim, seq), true when an id's claim is
+// the refusal of the message at seq ("<seq> <code>"; a waiting message's
+// claim is "<seq>" alone): the one reading of a claim, shared by
+// bodyScript and claimScript.
+const refusalLua = `
+local function refusedBy(claim, seq)
+  return string.sub(claim, 1, #seq + 1) == seq .. ' '
+end
+`
+
 // claimScript claims an id for a message that does not hold it, unless
 // the id is held (its body is written) or another message claimed it.
 // A body written from this very message (its intake_seq; not for the
@@ -836,14 +847,14 @@ func auditTime(id string) time.Time {
 // time to live (ms), '1' to give up the message's own body, the refusal's
 // code (empty for a waiting message). It returns 'claimed' (also when this
 // message had), 'held', 'own' or 'taken'.
-var claimScript = redis.NewScript(`
+var claimScript = redis.NewScript(refusalLua + `
 if redis.call('EXISTS', KEYS[1]) == 1 then
   if ARGV[1] == '0' or redis.call('HGET', KEYS[1], 'intake_seq') ~= ARGV[1] then return 'held' end
   if ARGV[3] ~= '1' then return 'own' end
   redis.call('DEL', KEYS[1])
 end
 local by = redis.call('GET', KEYS[2])
-local refused = by and string.sub(by, 1, #ARGV[1] + 1) == ARGV[1] .. ' '
+local refused = by and refusedBy(by, ARGV[1])
 if by and by ~= ARGV[1] and not refused then return 'taken' end
 local v = ARGV[1]
 if ARGV[4] ~= '' then v = ARGV[1] .. ' ' .. ARGV[4] elseif refused then v = by end
@@ -853,17 +864,18 @@ redis.call('SET', KEYS[2], v, 'PX', ttl)
 return 'claimed'
 `)
 
-// claim outcomes.
+// claim outcomes ("taken", another message claimed the id, is not
+// told apart by its callers).
 const (
 	claimed = "claimed" // the message at seq holds the claim (now, or already)
 	isHeld  = "held"    // a call of the id is held: no message may claim it
-	isTaken = "taken"   // another message claimed the id
 	isOwn   = "own"     // the id's body is this message's: its hold, interrupted or finished
 )
 
 // claim takes the id for the message at stream sequence seq, which does
-// not hold it, for ttl (or what is left of its claim already, if longer): one waiting for its tool's bound (until the wait
-// ends), or one refused, before it answers the id. A held call's body and
+// not hold it, for ttl (or what is left of its claim already, if longer):
+// one waiting for its tool's bound (until the wait ends), or one refused,
+// before it answers the id. A held call's body and
 // a claim exclude each other atomically (bodyScript checks the claim), so
 // a call of the id is never held while its caller is answered by another
 // message, nor answered while held; nor does another message of the id
