@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/invopop/jsonschema"
+
+	"github.com/windlass-dev/windlass/internal/wirejson"
 )
 
 // FuncOption configures a tool made by [Func].
@@ -122,7 +124,10 @@ func (t *FuncTool[In, Out]) bind(args json.RawMessage) (func(context.Context) (a
 	}
 	var in In
 	if !noArguments(args) {
-		if err := json.Unmarshal(args, &in); err != nil {
+		// encoding/json's decoding, from its next implementation: 1
+		// allocation instead of 6 for a small object (see wirejson). Its
+		// errors are worded alike, but for a ",string" field's bad value.
+		if err := wirejson.Decode(args, &in); err != nil {
 			return nil, &ArgumentError{Tool: t.spec.Name, Path: "$", Rule: "decode", Message: err.Error()}
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -107,5 +108,88 @@ func TestNewToolValidatesArguments(t *testing.T) {
 	}
 	if _, err := windlass.NewTool(windlass.Spec{Name: "x", Parameters: map[string]any{"type": "object", "properties": map[string]any{"a": map[string]any{"type": "nonsense"}}}}, func(context.Context, json.RawMessage) (any, error) { return nil, nil }); !errors.Is(err, windlass.ErrInvalidSpec) {
 		t.Errorf("invalid schema: err = %v", err)
+	}
+}
+
+// shout is a string its JSON decoding upper-cases: a type with its own
+// UnmarshalJSON, as tools' inputs have.
+type shout string
+
+func (s *shout) UnmarshalJSON(b []byte) error {
+	var v string
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*s = shout(strings.ToUpper(v))
+	return nil
+}
+
+type decodeArgs struct {
+	address                  // embedded: its fields promoted
+	Name    shout            `json:"name"`
+	Count   *int             `json:"count,omitempty"`
+	Small   int8             `json:"small,omitempty"`
+	Tags    []string         `json:"tags,omitempty"`
+	Extra   map[string]any   `json:"extra,omitempty"`
+	Raw     json.RawMessage  `json:"raw,omitempty"`
+	When    time.Time        `json:"when,omitzero"`
+	Quoted  int              `json:"quoted,string,omitempty"`
+	Any     any              `json:"any,omitempty"`
+	Nested  map[string][]int `json:"nested,omitempty"`
+}
+
+// TestFuncDecodesArgumentsAsEncodingJSON holds a Func tool's decoding of its
+// arguments (wirejson's decoder since it was measured faster) to
+// encoding/json's: the same input value for the same arguments (promoted
+// fields, pointers, maps, raw JSON, times, the string option, a type's own
+// UnmarshalJSON), and the same error, naming the field, for a number its
+// field cannot hold.
+func TestFuncDecodesArgumentsAsEncodingJSON(t *testing.T) {
+	tool, err := windlass.Func("decode", func(_ context.Context, in decodeArgs) (decodeArgs, error) { return in, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range []string{
+		`{"city":"Oslo","zip":"0150","name":"ada","count":3,"tags":["a","b"],"extra":{"n":1.5,"s":"x","l":[1,null,true]},"raw":{"k": [1, 2]},"when":"2026-12-06T04:00:00.5+01:00","quoted":"42","any":{"deep":[{"x":1}]},"nested":{"a":[1,2]}}`,
+		`{"city":"Bergen","name":"grace","tags":[]}`,
+		`{"city":"x","name":"é\ud83d\ude00","any":12345678901234567890}`,
+		`{"city":"x","name":"y","small":-128}`,
+	} {
+		got, err := tool.Call(context.Background(), json.RawMessage(args))
+		if err != nil {
+			t.Fatalf("%s: %v", args, err)
+		}
+		var want decodeArgs
+		if err := json.Unmarshal([]byte(args), &want); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s:\n got %#v\nwant %#v", args, got, want)
+		}
+	}
+	_, err = tool.Call(context.Background(), json.RawMessage(`{"city":"x","name":"y","small":300}`))
+	var ae *windlass.ArgumentError
+	wantErr := json.Unmarshal([]byte(`{"small":300}`), new(decodeArgs))
+	if !errors.As(err, &ae) || ae.Rule != "decode" || wantErr == nil || ae.Message != wantErr.Error() {
+		t.Fatalf("a number its field cannot hold: got %v, want a decode error %q", err, wantErr)
+	}
+}
+
+// BenchmarkFuncCall is a Func tool's call with 128 bytes of arguments:
+// validating and decoding them, and running a function that does nothing.
+func BenchmarkFuncCall(b *testing.B) {
+	type in struct {
+		Data string `json:"data,omitempty"`
+	}
+	tool, err := windlass.Func("bench", func(_ context.Context, in in) (int, error) { return len(in.Data), nil })
+	if err != nil {
+		b.Fatal(err)
+	}
+	args := json.RawMessage(`{"data":"` + strings.Repeat("x", 128) + `"}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := tool.Call(context.Background(), args); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

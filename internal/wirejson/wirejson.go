@@ -2,7 +2,10 @@
 // result, where the fleet reads them: on the paths every call takes (the
 // worker's intake of a call, the dispatcher's receipt of its result), and
 // in the worker's look-up of a stored result and the approval service's
-// intake and store of a held call, so that all read them alike.
+// intake and store of a held call, so that all read them alike. A Func
+// tool decodes its arguments into its input type with it too: 0.6 µs and 2
+// allocations a call of 128 bytes of arguments instead of 1.5 µs and 7
+// (BenchmarkFuncCall, validation included).
 //
 // It is encoding/json's behaviour (the same field matching, null handling,
 // duplicate names, invalid UTF-8 and errors' meaning) from the
