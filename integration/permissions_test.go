@@ -112,6 +112,9 @@ func TestPermissions(t *testing.T) {
 		{"worker changes the payloads bucket", "worker", pub, "$JS.API.STREAM.UPDATE.OBJ_WINDLASS_PAYLOADS", true},
 		{"worker deletes the payloads bucket", "worker", pub, "$JS.API.STREAM.DELETE.OBJ_WINDLASS_PAYLOADS", true},
 		{"worker deletes a payload by sequence", "worker", pub, "$JS.API.STREAM.MSG.DELETE.OBJ_WINDLASS_PAYLOADS", true},
+		{"worker asks whether a call is held", "worker", pub, layout.HeldProbeSubject("add"), false},
+		{"worker answers held probes", "worker", sub, layout.HeldProbeSubject("*"), false},
+		{"worker writes into an inbox unasked", "worker", pub, "_INBOX_worker.abc", true},
 
 		{"dispatcher queues an ungated call", "dispatcher-a", pub, layout.CallSubject("add", "c1"), false},
 		{"dispatcher releases a gated call itself", "dispatcher-a", pub, layout.CallSubject("transfer_funds", "c2"), true},
@@ -138,6 +141,9 @@ func TestPermissions(t *testing.T) {
 		{"dispatcher changes the payloads bucket", "dispatcher-a", pub, "$JS.API.STREAM.UPDATE.OBJ_WINDLASS_PAYLOADS", true},
 		{"dispatcher deletes the payloads bucket", "dispatcher-a", pub, "$JS.API.STREAM.DELETE.OBJ_WINDLASS_PAYLOADS", true},
 		{"dispatcher purges another stream", "dispatcher-a", pub, "$JS.API.STREAM.PURGE.WINDLASS_RESULTS", true},
+		{"dispatcher asks whether a call is held", "dispatcher-a", pub, layout.HeldProbeSubject("add"), true},
+		{"dispatcher listens to held probes", "dispatcher-a", sub, layout.HeldProbeSubject("*"), true},
+		{"dispatcher answers a worker's held probe", "dispatcher-a", pub, "_INBOX_worker.abc", true},
 
 		{"approval releases a gated call", "approval", pub, layout.CallSubject("transfer_funds", "c2"), false},
 		{"approval queues an ungated call", "approval", pub, layout.CallSubject("add", "c1"), true},
@@ -190,6 +196,37 @@ func TestPermissions(t *testing.T) {
 				t.Fatalf("%s %s %q: denied=%v, want %v", tt.user, tt.op, tt.subject, denied, tt.denied)
 			}
 		})
+	}
+}
+
+// TestWorkersAnswerHeldProbesUnderTheirPermissions: a worker asks the
+// tool's other workers whether one holds a redelivered call, and a holder
+// answers, under the shipped permissions: the probe goes out on
+// windlass.held.<tool> and the answer comes back to the asker's inbox
+// (allow_responses), which no role may write into unasked (TestPermissions).
+func TestWorkersAnswerHeldProbesUnderTheirPermissions(t *testing.T) {
+	ps := startPermServer(t)
+	errs := make(chan error, 4)
+	holder, asker := ps.connect(t, "worker", errs), ps.connect(t, "worker", errs)
+	sub, err := holder.Subscribe(layout.HeldProbeSubject("add"), func(m *nats.Msg) { _ = m.Respond([]byte(`{"worker":"holder"}`)) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := holder.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	reply, err := asker.Request(layout.HeldProbeSubject("add"), []byte(`{}`), 10*time.Second)
+	if err != nil {
+		t.Fatalf("the probe was not answered: %v", err)
+	}
+	if string(reply.Data) != `{"worker":"holder"}` {
+		t.Fatalf("answer %q", reply.Data)
+	}
+	select {
+	case err := <-errs:
+		t.Fatalf("permission error: %v", err)
+	default:
 	}
 }
 

@@ -60,7 +60,13 @@
 // loaded host, a long pause) and JetStream hands the call back to the
 // worker still holding it, the worker leaves that delivery alone: the
 // delivery it holds settles the message, and the tool does not run beside
-// itself. Left deliveries count as attempts.
+// itself. Left deliveries count as attempts. When they could not reach the
+// server at all for an ack wait (an outage) and the call is redelivered to
+// another worker, that worker waits for the holder's answer if it has just
+// reconnected itself, and then asks the tool's workers whether one still
+// holds the message (core NATS, windlass.held.<tool>): a holder back on its
+// connection, its tool still running, answers, and the delivery is left to
+// it too.
 //
 // # Acks
 //

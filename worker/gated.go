@@ -138,9 +138,14 @@ func (w *Worker) unanswered(d *delivery, rel release.Release, fresh bool) (outco
 	if err == nil && !answered && !fresh {
 		// A redelivery of this very message, perhaps of a worker that
 		// still holds it after an outage (see reconnects).
+		var holder string
 		var interrupted bool
-		if answered, interrupted = w.answeredAfterReconnect(d); interrupted {
+		answered, holder, interrupted = w.answeredAfterReconnect(d)
+		switch {
+		case interrupted:
 			return handedBack(settleInterrupted, d.ctx.Err()), true
+		case holder != "":
+			return leftToHolder(holder), true
 		}
 	}
 	switch {

@@ -52,8 +52,9 @@ type Stats struct {
 	// of a gated tool without a valid release (see windlass.Refusal).
 	Refused int64
 	// LeftAlone redeliveries of a call this worker still held, left to the
-	// delivery that holds it (its in-progress acks came late): neither run
-	// nor settled.
+	// delivery that holds it (its in-progress acks came late), or that
+	// another live worker said it still holds (see HeldProbeSubject in
+	// the protocol): neither run nor settled.
 	LeftAlone int64
 
 	// WaitingForTurn is not a counter but the calls waiting now for their

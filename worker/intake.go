@@ -220,9 +220,13 @@ func (w *Worker) alreadyAnswered(d *delivery) (outcome, bool) {
 	case err != nil:
 		return outcome{}, false // past its deadline: answered timeout, not run (refuse)
 	case !answered:
-		if settled, interrupted := w.answeredAfterReconnect(d); interrupted {
+		settled, holder, interrupted := w.answeredAfterReconnect(d)
+		switch {
+		case interrupted:
 			return handedBack(settleInterrupted, d.ctx.Err()), true
-		} else if !settled {
+		case holder != "":
+			return leftToHolder(holder), true
+		case !settled:
 			return outcome{}, false
 		}
 	}

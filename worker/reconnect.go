@@ -76,11 +76,14 @@ const settlePoll = 100 * time.Millisecond
 // wait short: past it the call cannot run again anyway, and an answer of
 // timeout stored then would beat the holder's real one. interrupted
 // reports that the call's context ended first (the worker's shutdown
-// grace over): whether it was answered is not known.
-func (w *Worker) answeredAfterReconnect(d *delivery) (answered, interrupted bool) {
+// grace over): whether it was answered is not known. A window that ends
+// without an answer ends with a probe of the tool's workers: holder names
+// the one that answers that it still holds the message (see
+// heldElsewhere), back on its connection with a call that takes longer.
+func (w *Worker) answeredAfterReconnect(d *delivery) (answered bool, holder string, interrupted bool) {
 	until, ok := w.reconnects.settling(time.Now())
 	if !ok {
-		return false, false
+		return false, "", false
 	}
 	ctx, cancel := context.WithDeadline(d.ctx, until)
 	defer cancel()
@@ -91,11 +94,18 @@ func (w *Worker) answeredAfterReconnect(d *delivery) (answered, interrupted bool
 	for {
 		select {
 		case <-ctx.Done():
-			return false, d.ctx.Err() != nil
+			if d.ctx.Err() != nil {
+				return false, "", true
+			}
+			// A holder found is left the call even if the worker is
+			// stopping: handed back, the call would be delivered again at
+			// once, beside its holder.
+			holder, _ := w.heldElsewhere(d)
+			return false, holder, holder == "" && d.ctx.Err() != nil
 		case <-t.C:
 		}
 		if _, answered, err := w.storedResult(ctx, d.call.ID); err == nil && answered {
-			return true, false
+			return true, "", false
 		}
 	}
 }

@@ -265,6 +265,7 @@ type Worker struct {
 	guards     []guard          // the intake's checks, in order (see intake)
 	beats      beats            // the running calls' heartbeats, one ticker for all
 	held       heldMessages     // the call messages delivered here and not yet settled
+	self       string           // this worker in its held probes, unique whatever Config.ID says (see heldElsewhere)
 	reconnects reconnects       // when the NATS connection last came back
 	stats      stats
 
@@ -300,7 +301,7 @@ func New(cfg Config) (*Worker, error) {
 		}
 	}
 	w := &Worker{cfg: cfg, tools: map[string]*registered{}, slots: make(chan struct{}, cfg.MaxConcurrency), cancels: newCancellations(),
-		handlers: newHandlers(maxHandlers), releases: releases, signer: receipt.NewSigner(key, cfg.ID),
+		handlers: newHandlers(maxHandlers), self: rand.Text(), releases: releases, signer: receipt.NewSigner(key, cfg.ID),
 		tracer: telemetry.NewTracer(cfg.TracerProvider), metrics: telemetry.NewWorkerMetrics(cfg.MeterProvider)}
 	if cfg.Registry != nil {
 		w.rates = cfg.Registry.Limits()
@@ -378,6 +379,14 @@ func (w *Worker) Run(ctx context.Context) (err error) {
 		return err
 	}
 	defer stopFollowing()
+	// Before the first pull, until every call is settled (deferred
+	// after serve returns): a message this worker holds is always one it
+	// answers for.
+	stopAnswering, err := w.answerHeldProbes(tools)
+	if err != nil {
+		return err
+	}
+	defer stopAnswering()
 	consumers := make([]jetstream.Consumer, len(tools))
 	for i, t := range tools {
 		if consumers[i], err = w.ensureConsumer(ctx, t); err != nil {

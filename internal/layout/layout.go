@@ -55,6 +55,7 @@ const (
 	cancelPrefix   = "windlass.cancel."
 	deadPrefix     = "windlass.dead."
 	refusedPrefix  = "windlass.refused."
+	heldPrefix     = "windlass.held."
 )
 
 // MCPMetaCallID is the _meta key of a call's id in MCP: a windlass MCP
@@ -231,6 +232,13 @@ func DeadMsgID(callID string) string { return "dead:" + callID }
 // tool's call subject it dropped without answering (a gated call without
 // a valid release), for operators.
 func RefusalSubject(tool string) string { return refusedPrefix + tool }
+
+// HeldProbeSubject is the core NATS subject (no stream) on which a worker
+// asks the other workers of a tool whether one of them still holds a call
+// message redelivered to it, and on which every worker of the tool answers
+// for the messages it holds (see package worker: a redelivery after an
+// outage is left to a live holder, not run beside it).
+func HeldProbeSubject(tool string) string { return heldPrefix + tool }
 
 // RefusalSubjects is the refusals stream's subject filter.
 const RefusalSubjects = refusedPrefix + "*"

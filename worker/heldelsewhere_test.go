@@ -1,0 +1,185 @@
+package worker_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/windlass-dev/windlass"
+	"github.com/windlass-dev/windlass/internal/fleettest"
+	"github.com/windlass-dev/windlass/worker"
+)
+
+// TestARedeliveryALiveHolderStillRunsIsLeftToIt: a worker (the holder)
+// runs a long call when its link to NATS is cut for longer than the ack
+// wait, so the call is delivered again, to a second worker that has just
+// reconnected itself (as after a NATS restart). The holder comes back, its
+// tool still running. The second worker's settle window ends without an
+// answer, and it used to run the call then, beside the holder, for
+// something the holder did nothing wrong in. Now it asks the tool's
+// workers, the holder answers that it holds the message, and the
+// delivery is left to it: the tool runs once, and the holder's answer is
+// the call's.
+func TestARedeliveryALiveHolderStillRunsIsLeftToIt(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	cons := b.createConsumer("slow", time.Second)
+	var runs atomic.Int64
+	started, finish := make(chan struct{}, 4), make(chan struct{})
+	tool := windlass.MustFunc("slow", func(ctx context.Context, _ struct{}) (string, error) {
+		runs.Add(1)
+		started <- struct{}{}
+		select {
+		case <-finish:
+			return "done", nil
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	})
+
+	link := newCutLink(t, b.nats.URL())
+	hnc, err := nats.Connect(link.url(), nats.ReconnectWait(50*time.Millisecond), nats.MaxReconnects(-1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(hnc.Close)
+	hjs, err := jetstream.New(hnc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.start(worker.Config{JetStream: hjs, ID: "holder"}, tool, worker.WithConcurrency(1))
+	seq := b.publishSeq(windlass.ToolCall{ID: "long-call", Name: "slow", Arguments: []byte(`{}`)})
+	waitStarted(t, started, "the holder started the call")
+
+	// The second worker, just reconnected: its settle window (its
+	// reconnect wait and jitter plus 0.5 s) is open when the call comes.
+	logs := &logLines{}
+	snc := b.nats.Connect(t, nats.ReconnectWait(5*time.Second))
+	sjs, err := jetstream.New(snc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, _ := b.start(worker.Config{JetStream: sjs, ID: "second", Logger: slog.New(logs)}, tool)
+	if err := snc.ForceReconnect(); err != nil {
+		t.Fatal(err)
+	}
+	fleettest.WaitFor(t, 10*time.Second, "the second worker reconnected and pulling", func() bool {
+		info, err := cons.Info(t.Context())
+		return snc.Stats().Reconnects > 0 && snc.IsConnected() && err == nil && info.NumWaiting > 0
+	})
+
+	link.cut()
+	fleettest.WaitFor(t, 20*time.Second, "the call delivered again to the second worker, in its settle window", func() bool {
+		return logs.contains("may still hold it") || runs.Load() > 1
+	})
+	link.restore()
+	fleettest.WaitFor(t, 20*time.Second, "the holder back on its connection", func() bool {
+		return hnc.Stats().Reconnects > 0 && hnc.IsConnected()
+	})
+	fleettest.WaitFor(t, 30*time.Second, "the second worker's window over: the delivery left alone, or run", func() bool {
+		return second.Stats().LeftAlone > 0 || runs.Load() > 1
+	})
+	if n := runs.Load(); n != 1 {
+		t.Errorf("the tool ran %d times; its holder was alive and still running it", n)
+	}
+	close(finish)
+	b.callGone("slow", seq)
+	if r, ok := b.storedResult("long-call"); !ok || r.Worker != "holder" || r.Attempt != 1 {
+		t.Errorf("stored answer %+v (found %v); want the holder's, of attempt 1", r, ok)
+	}
+	if s := second.Stats(); s.LeftAlone != 1 {
+		t.Errorf("second worker's stats %+v; want its delivery left alone", s)
+	}
+}
+
+func waitStarted(t *testing.T, started <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-started:
+	case <-time.After(fleettest.StartTimeout):
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+// cutLink is a TCP link to the NATS server that a test cuts (its
+// connections closed, new ones refused) and restores: one client's network
+// path going down, a fault the real server cannot show for one client
+// alone.
+type cutLink struct {
+	ln     net.Listener
+	target string
+
+	mu    sync.Mutex
+	down  bool
+	conns []net.Conn
+}
+
+func newCutLink(t *testing.T, natsURL string) *cutLink {
+	t.Helper()
+	u, err := url.Parse(natsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &cutLink{ln: ln, target: u.Host}
+	go l.accept()
+	t.Cleanup(func() { _ = ln.Close(); l.cut() })
+	return l
+}
+
+func (l *cutLink) url() string { return "nats://" + l.ln.Addr().String() }
+
+func (l *cutLink) accept() {
+	for {
+		c, err := l.ln.Accept()
+		if err != nil {
+			return
+		}
+		l.mu.Lock()
+		down := l.down
+		l.mu.Unlock()
+		if down {
+			_ = c.Close()
+			continue
+		}
+		s, err := net.Dial("tcp", l.target)
+		if err != nil {
+			_ = c.Close()
+			continue
+		}
+		l.mu.Lock()
+		l.conns = append(l.conns, c, s)
+		l.mu.Unlock()
+		go func() { _, _ = io.Copy(s, c); _ = s.Close() }()
+		go func() { _, _ = io.Copy(c, s); _ = c.Close() }()
+	}
+}
+
+// cut closes the link's connections and refuses new ones until restore.
+func (l *cutLink) cut() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.down = true
+	for _, c := range l.conns {
+		_ = c.Close()
+	}
+	l.conns = nil
+}
+
+func (l *cutLink) restore() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.down = false
+}
