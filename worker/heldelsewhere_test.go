@@ -16,6 +16,7 @@ import (
 
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/internal/fleettest"
+	"github.com/windlass-dev/windlass/internal/layout"
 	"github.com/windlass-dev/windlass/worker"
 )
 
@@ -98,6 +99,49 @@ func TestARedeliveryALiveHolderStillRunsIsLeftToIt(t *testing.T) {
 	}
 	if s := second.Stats(); s.LeftAlone != 1 {
 		t.Errorf("second worker's stats %+v; want its delivery left alone", s)
+	}
+}
+
+// TestAHolderThatFinishesWhileAskedIsNotRunAgain: the holder of a
+// redelivered call finishes while the worker that took the redelivery asks
+// whether it still holds it: it stores its answer, lets go of the message,
+// and so answers nothing. The asking worker looks for the answer once more
+// before it runs the call, finds it, and acks the call unrun.
+func TestAHolderThatFinishesWhileAskedIsNotRunAgain(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	cons := b.createConsumer("echo", 30*time.Second)
+	const id = "finished-while-asked"
+	seq := b.publishSeq(windlass.ToolCall{ID: id, Name: "echo", Arguments: []byte(`{"text":"again"}`)})
+	holder := b.hold(cons)
+	probed := make(chan struct{}, 1)
+	sub, err := b.nats.Connect(t).Subscribe(layout.HeldProbeSubject("echo"), func(*nats.Msg) {
+		select { // the holder, finishing: silent
+		case probed <- struct{}{}:
+		default:
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	var runs atomic.Int64
+	logs := &logLines{}
+	w, _ := b.reconnectedWorkerWaiting(cons, worker.Config{Logger: slog.New(logs)}, countingEcho(&runs), 2*time.Second)
+	b.redeliverWhileHeld(holder, logs, &runs)
+	select {
+	case <-probed:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no held probe within 30 s (the tool ran %d times)", runs.Load())
+	}
+	b.publishResult(windlass.ToolResult{CallID: id, Content: "the holder's answer", Attempt: 1, Worker: "holder"})
+
+	b.callGone("echo", seq)
+	if n := runs.Load(); n != 0 {
+		t.Errorf("the tool ran %d times; its holder answered it", n)
+	}
+	if s := w.Stats(); s.AlreadyAnswered != 1 {
+		t.Errorf("stats %+v; want the redelivery acked as already answered", s)
 	}
 }
 

@@ -218,7 +218,14 @@ func (b *bench) hold(cons jetstream.Consumer) jetstream.Msg {
 // cons again.
 func (b *bench) reconnectedWorker(cons jetstream.Consumer, cfg worker.Config, tool windlass.Tool) (w *worker.Worker, stop func()) {
 	b.t.Helper()
-	nc := b.nats.Connect(b.t, nats.ReconnectWait(20*time.Second))
+	return b.reconnectedWorkerWaiting(cons, cfg, tool, 20*time.Second)
+}
+
+// reconnectedWorkerWaiting is reconnectedWorker with a reconnect delay of
+// wait: its settle window is wait and nats.go's jitter plus 0.5 s.
+func (b *bench) reconnectedWorkerWaiting(cons jetstream.Consumer, cfg worker.Config, tool windlass.Tool, wait time.Duration) (w *worker.Worker, stop func()) {
+	b.t.Helper()
+	nc := b.nats.Connect(b.t, nats.ReconnectWait(wait))
 	js, err := jetstream.New(nc)
 	if err != nil {
 		b.t.Fatal(err)

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/windlass-dev/windlass/internal/retry"
 )
 
 // reconnects remembers when the worker's NATS connection last came back.
@@ -100,8 +102,19 @@ func (w *Worker) answeredAfterReconnect(d *delivery) (answered bool, holder stri
 			// A holder found is left the call even if the worker is
 			// stopping: handed back, the call would be delivered again at
 			// once, beside its holder.
-			holder, _ := w.heldElsewhere(d)
-			return false, holder, holder == "" && d.ctx.Err() != nil
+			if holder, ok := w.heldElsewhere(d); ok {
+				return false, holder, false
+			}
+			if d.ctx.Err() != nil {
+				return false, "", true
+			}
+			// A holder that finished while it was asked no longer holds
+			// the message, and answers nothing: it let go of it only once
+			// its answer was stored.
+			getCtx, cancel := context.WithTimeout(d.ctx, retry.ReadTimeout)
+			defer cancel()
+			_, answered, err := w.storedResult(getCtx, d.call.ID)
+			return err == nil && answered, "", false
 		case <-t.C:
 		}
 		if _, answered, err := w.storedResult(ctx, d.call.ID); err == nil && answered {
