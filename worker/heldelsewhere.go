@@ -99,7 +99,10 @@ func (w *Worker) heldElsewhere(d *delivery) (holder string, ok bool) {
 	if err != nil {
 		return "", false
 	}
-	ctx, cancel := context.WithTimeout(d.ctx, heldProbeWait)
+	// Not under the call's context, which the shutdown grace's end
+	// cancels: a holder that answers is left the call all the same (see
+	// answeredAfterReconnect).
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(d.ctx), heldProbeWait)
 	defer cancel()
 	m, err := w.cfg.JetStream.Conn().RequestWithContext(ctx, layout.HeldProbeSubject(d.t.spec.Name), b)
 	if err != nil {

@@ -96,12 +96,11 @@ func (w *Worker) answeredAfterReconnect(d *delivery) (answered bool, holder stri
 	for {
 		select {
 		case <-ctx.Done():
-			if d.ctx.Err() != nil {
-				return false, "", true
-			}
 			// A holder found is left the call even if the worker is
-			// stopping: handed back, the call would be delivered again at
-			// once, beside its holder.
+			// stopping (its shutdown grace over, before or during the
+			// probe): handed back, the call would be delivered again at
+			// once, beside its holder. The probe is bounded by
+			// heldProbeWait, not by the call's context.
 			if holder, ok := w.heldElsewhere(d); ok {
 				return false, holder, false
 			}

@@ -1,0 +1,90 @@
+package worker_test
+
+import (
+	"encoding/json"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/windlass-dev/windlass"
+	"github.com/windlass-dev/windlass/internal/fleettest"
+	"github.com/windlass-dev/windlass/internal/layout"
+	"github.com/windlass-dev/windlass/worker"
+)
+
+// heldProber stands in for a live holder of a call: it subscribes to the
+// tool's held probes and hands each one to the test, which answers it (or
+// not) when the scenario says.
+func (b *bench) heldProber(tool string) <-chan *nats.Msg {
+	b.t.Helper()
+	probes := make(chan *nats.Msg, 8)
+	sub, err := b.nats.Connect(b.t).Subscribe(layout.HeldProbeSubject(tool), func(m *nats.Msg) {
+		select {
+		case probes <- m:
+		default:
+		}
+	})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	b.t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return probes
+}
+
+// TestAWorkerStoppingInTheSettleWindowStillLeavesTheCallToALiveHolder: a
+// worker that took a redelivery in its settle window is stopped, its
+// shutdown grace ending during the window, while the call's holder is
+// alive and would answer the held probe. The code says "a holder found is
+// left the call even if the worker is stopping: handed back, the call
+// would be delivered again at once, beside its holder", but the probe was
+// never made (the window's end on the call's context returned
+// interrupted first), and a probe under way was cut short by the same
+// context: the call was handed back, to be delivered again at once to a
+// worker outside any settle window, which runs it beside its holder.
+func TestAWorkerStoppingInTheSettleWindowStillLeavesTheCallToALiveHolder(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	cons := b.createConsumer("echo", 30*time.Second)
+	const id = "held-while-the-asker-stops"
+	seq := b.publishSeq(windlass.ToolCall{ID: id, Name: "echo", Arguments: json.RawMessage(`{"text":"again"}`)})
+	holder := b.hold(cons)
+	probes := b.heldProber("echo")
+	var runs atomic.Int64
+	logs := &logLines{}
+	w, stop := b.reconnectedWorker(cons, worker.Config{Logger: slog.New(logs), ShutdownGrace: 300 * time.Millisecond}, countingEcho(&runs))
+	b.redeliverWhileHeld(holder, logs, &runs)
+
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); stop() }()
+	var probe *nats.Msg
+	select {
+	case probe = <-probes:
+	case <-stopped:
+		t.Fatalf("the worker stopped without asking whether a live worker holds the call (stats %+v)", w.Stats())
+	case <-time.After(30 * time.Second):
+		t.Fatal("no held probe within 30 s")
+	}
+	if err := probe.Respond([]byte(`{"worker":"holder"}`)); err != nil {
+		t.Fatal(err)
+	}
+	<-stopped
+	if n := runs.Load(); n != 0 {
+		t.Errorf("the tool ran %d times", n)
+	}
+	if s := w.Stats(); s.LeftAlone != 1 || s.Requeued != 0 {
+		t.Errorf("stats %+v; want the delivery left to its live holder, not handed back", s)
+	}
+	// The holder settles the message by its stream sequence.
+	b.publishResult(windlass.ToolResult{CallID: id, Content: "the holder's answer", Attempt: 1, Worker: "holder"})
+	// (The test's hold was handed back by redeliverWhileHeld, so it acks
+	// through the delivery's ack subject itself.)
+	if err := b.js.Conn().Publish(holder.Reply(), []byte("+ACK")); err != nil {
+		t.Fatal(err)
+	}
+	b.callGone("echo", seq)
+}
+
+var _ = fleettest.WaitFor
