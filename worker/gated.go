@@ -140,7 +140,7 @@ func (w *Worker) unanswered(d *delivery, rel release.Release, fresh bool) (outco
 		// still holds it after an outage (see reconnects).
 		var holder string
 		var interrupted bool
-		answered, holder, interrupted = w.answeredAfterReconnect(d)
+		answered, holder, interrupted = w.answeredAfterReconnect(d, rel.ExpiresAt)
 		switch {
 		case interrupted:
 			return handedBack(settleInterrupted, d.ctx.Err()), true

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/internal/fleettest"
@@ -87,4 +88,75 @@ func TestAWorkerStoppingInTheSettleWindowStillLeavesTheCallToALiveHolder(t *test
 	b.callGone("echo", seq)
 }
 
-var _ = fleettest.WaitFor
+// TestAHoldersStoredAnswerIsNotRunAgainWhenTheLastLookFails: the holder
+// of a redelivered call finishes while the worker that took the
+// redelivery asks whether it still holds it: it stores its answer and
+// lets go, so the probe goes unanswered, and the worker looks for the
+// answer once more before it runs the call. That one look failed (the
+// worker's link to NATS dropped again right then, as it may just after an
+// outage, or the results stream's leader was being elected) and the call
+// ran beside its stored answer: a tool run again because a read failed
+// after it answered, which the intake's own look (alreadyAnswered) never
+// does — it asks again until the call's deadline or the shutdown.
+func TestAHoldersStoredAnswerIsNotRunAgainWhenTheLastLookFails(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	cons := b.createConsumer("echo", 30*time.Second)
+	const id = "answered-while-cut-off"
+	seq := b.publishSeq(windlass.ToolCall{ID: id, Name: "echo", Arguments: json.RawMessage(`{"text":"again"}`)})
+	holder := b.hold(cons)
+	probes := b.heldProber("echo")
+
+	link := newCutLink(t, b.nats.URL())
+	nc, err := nats.Connect(link.url(), nats.MaxReconnects(-1),
+		// A settle window of 10.6 s, outlasting a loaded machine's pauses,
+		// and quick reconnects once the link is restored.
+		nats.ReconnectWait(10*time.Second), nats.CustomReconnectDelay(func(int) time.Duration { return 100 * time.Millisecond }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs atomic.Int64
+	logs := &logLines{}
+	w, _ := b.start(worker.Config{JetStream: js, Logger: slog.New(logs)}, countingEcho(&runs))
+	if err := nc.ForceReconnect(); err != nil {
+		t.Fatal(err)
+	}
+	fleettest.WaitFor(t, 10*time.Second, "the worker reconnected and pulling", func() bool {
+		info, err := cons.Info(t.Context())
+		return nc.Stats().Reconnects > 0 && nc.IsConnected() && err == nil && info.NumWaiting > 0
+	})
+	b.redeliverWhileHeld(holder, logs, &runs)
+
+	// The holder, finishing while asked: its answer stored, it is silent.
+	// The worker's link drops at that moment.
+	select {
+	case <-probes:
+	case <-time.After(30 * time.Second):
+		logs.mu.Lock()
+		t.Logf("logs: %q", logs.lines)
+		logs.mu.Unlock()
+		t.Fatalf("no held probe within 30 s (the tool ran %d times)", runs.Load())
+	}
+	b.publishResult(windlass.ToolResult{CallID: id, Content: "the holder's answer", Attempt: 1, Worker: "holder"})
+	link.cut()
+	fleettest.WaitFor(t, 30*time.Second, "the worker's last look failed: it runs the call, or asks again", func() bool {
+		return runs.Load() > 0 || logs.contains("cannot tell whether the redelivered call was answered")
+	})
+	link.restore()
+
+	b.callGone("echo", seq)
+	if n := runs.Load(); n != 0 {
+		t.Errorf("the tool ran %d times; its holder's answer was stored", n)
+	}
+	if s := w.Stats(); s.AlreadyAnswered != 1 {
+		t.Errorf("stats %+v; want the redelivery acked as already answered", s)
+	}
+	if r, ok := b.storedResult(id); !ok || r.Content != "the holder's answer" {
+		t.Errorf("stored answer %+v (found %v); want the holder's", r, ok)
+	}
+}

@@ -220,7 +220,7 @@ func (w *Worker) alreadyAnswered(d *delivery) (outcome, bool) {
 	case err != nil:
 		return outcome{}, false // past its deadline: answered timeout, not run (refuse)
 	case !answered:
-		settled, holder, interrupted := w.answeredAfterReconnect(d)
+		settled, holder, interrupted := w.answeredAfterReconnect(d, d.call.Deadline)
 		switch {
 		case interrupted:
 			return handedBack(settleInterrupted, d.ctx.Err()), true

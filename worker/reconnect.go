@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-
-	"github.com/windlass-dev/windlass/internal/retry"
 )
 
 // reconnects remembers when the worker's NATS connection last came back.
@@ -82,7 +80,9 @@ const settlePoll = 100 * time.Millisecond
 // without an answer ends with a probe of the tool's workers: holder names
 // the one that answers that it still holds the message (see
 // heldElsewhere), back on its connection with a call that takes longer.
-func (w *Worker) answeredAfterReconnect(d *delivery) (answered bool, holder string, interrupted bool) {
+// Without one, the answer is looked for once more, the look retried until
+// deadline (the call's, or its release's expiry; zero: until shutdown).
+func (w *Worker) answeredAfterReconnect(d *delivery, deadline time.Time) (answered bool, holder string, interrupted bool) {
 	until, ok := w.reconnects.settling(time.Now())
 	if !ok {
 		return false, "", false
@@ -109,10 +109,19 @@ func (w *Worker) answeredAfterReconnect(d *delivery) (answered bool, holder stri
 			}
 			// A holder that finished while it was asked no longer holds
 			// the message, and answers nothing: it let go of it only once
-			// its answer was stored.
-			getCtx, cancel := context.WithTimeout(d.ctx, retry.ReadTimeout)
-			defer cancel()
-			_, answered, err := w.storedResult(getCtx, d.call.ID)
+			// its answer was stored. So this look must be answered, as the
+			// intake's is (see alreadyAnswered): a read that fails is made
+			// again, the heartbeat keeping the message, until deadline (past
+			// it the call is answered timeout, which does not beat a stored
+			// answer) or the worker's shutdown (the call is handed back).
+			err := w.untilAnswered(d, deadline, "cannot tell whether the redelivered call was answered", func(ctx context.Context) error {
+				var err error
+				_, answered, err = w.storedResult(ctx, d.call.ID)
+				return err
+			})
+			if err != nil && d.ctx.Err() != nil {
+				return false, "", true
+			}
 			return err == nil && answered, "", false
 		case <-t.C:
 		}
