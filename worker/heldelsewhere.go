@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -108,12 +109,16 @@ func (w *Worker) heldElsewhere(d *delivery) (holder string, ok bool) {
 	if err != nil {
 		return "", false
 	}
+	// Only a holder answers (see answerHeldProbe): a reply is what says
+	// the message is held, whatever its body; the id in it is for the
+	// logs, and the callers take an empty one for no holder.
 	var r heldReply
-	if json.Unmarshal(m.Data, &r) != nil {
-		return "", false
-	}
-	return r.Worker, true
+	_ = json.Unmarshal(m.Data, &r)
+	return cmp.Or(r.Worker, unnamedHolder), true
 }
+
+// unnamedHolder names in the logs a holder whose answer did not name it.
+const unnamedHolder = "(a worker that did not give its id)"
 
 // leftToHolder is the outcome of a redelivery that another live worker
 // holds.

@@ -160,3 +160,46 @@ func TestAHoldersStoredAnswerIsNotRunAgainWhenTheLastLookFails(t *testing.T) {
 		t.Errorf("stored answer %+v (found %v); want the holder's", r, ok)
 	}
 }
+
+// TestAHolderThatAnswersWithoutItsNameIsLeftTheCall: only a worker that
+// holds the message answers a held probe (PROTOCOL.md, Held probes), so a
+// reply is what says the message is held; the worker id in it is for the
+// logs. A reply that did not name a worker (another implementation of the
+// protocol, an empty id, a body that does not decode) was taken as no
+// holder at all, and the call ran beside the holder that had just said it
+// holds it — without the last look for its answer either.
+func TestAHolderThatAnswersWithoutItsNameIsLeftTheCall(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	cons := b.createConsumer("echo", 30*time.Second)
+	const id = "held-by-a-nameless-holder"
+	seq := b.publishSeq(windlass.ToolCall{ID: id, Name: "echo", Arguments: json.RawMessage(`{"text":"again"}`)})
+	holder := b.hold(cons)
+	probes := b.heldProber("echo")
+	var runs atomic.Int64
+	logs := &logLines{}
+	w, _ := b.reconnectedWorkerWaiting(cons, worker.Config{Logger: slog.New(logs)}, countingEcho(&runs), 2*time.Second)
+	b.redeliverWhileHeld(holder, logs, &runs)
+	select {
+	case probe := <-probes:
+		if err := probe.Respond([]byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no held probe within 30 s (the tool ran %d times)", runs.Load())
+	}
+	fleettest.WaitFor(t, 10*time.Second, "the delivery left alone, or run", func() bool {
+		return w.Stats().LeftAlone > 0 || runs.Load() > 0
+	})
+	if n := runs.Load(); n != 0 {
+		t.Errorf("the tool ran %d times; a worker answered that it holds the call", n)
+	}
+	b.publishResult(windlass.ToolResult{CallID: id, Content: "the holder's answer", Attempt: 1, Worker: "holder"})
+	if err := b.js.Conn().Publish(holder.Reply(), []byte("+ACK")); err != nil {
+		t.Fatal(err)
+	}
+	b.callGone("echo", seq)
+	if s := w.Stats(); s.LeftAlone != 1 {
+		t.Errorf("stats %+v; want the delivery left to its holder", s)
+	}
+}
