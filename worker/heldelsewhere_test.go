@@ -16,7 +16,6 @@ import (
 
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/internal/fleettest"
-	"github.com/windlass-dev/windlass/internal/layout"
 	"github.com/windlass-dev/windlass/worker"
 )
 
@@ -114,23 +113,13 @@ func TestAHolderThatFinishesWhileAskedIsNotRunAgain(t *testing.T) {
 	const id = "finished-while-asked"
 	seq := b.publishSeq(windlass.ToolCall{ID: id, Name: "echo", Arguments: []byte(`{"text":"again"}`)})
 	holder := b.hold(cons)
-	probed := make(chan struct{}, 1)
-	sub, err := b.nats.Connect(t).Subscribe(layout.HeldProbeSubject("echo"), func(*nats.Msg) {
-		select { // the holder, finishing: silent
-		case probed <- struct{}{}:
-		default:
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	probes := b.heldProber("echo") // the holder, finishing: silent
 	var runs atomic.Int64
 	logs := &logLines{}
 	w, _ := b.reconnectedWorkerWaiting(cons, worker.Config{Logger: slog.New(logs)}, countingEcho(&runs), 2*time.Second)
 	b.redeliverWhileHeld(holder, logs, &runs)
 	select {
-	case <-probed:
+	case <-probes:
 	case <-time.After(30 * time.Second):
 		t.Fatalf("no held probe within 30 s (the tool ran %d times)", runs.Load())
 	}
