@@ -4,8 +4,10 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -70,6 +72,17 @@ func (w *Worker) answerHeldProbes(tools []*registered) (stop func(), err error) 
 			return nil, fmt.Errorf("worker: answer held probes of %q: %w", t.spec.Name, err)
 		}
 		subs = append(subs, s)
+	}
+	// A NATS user without the permission (an accounts.conf older than the
+	// probes) is refused asynchronously, and the refusal comes before the
+	// flush's answer. The worker runs all the same, as a worker of an
+	// older release would, but says why redeliveries after an outage may
+	// run beside their holders.
+	if nc.FlushTimeout(heldProbeWait) == nil {
+		if last := nc.LastError(); errors.Is(last, nats.ErrPermissionViolation) && strings.Contains(last.Error(), layout.HeldProbeSubject("")) {
+			w.cfg.Logger.Warn("worker: the NATS user may not subscribe to the held probes; a call redelivered after an outage while a live worker still holds it may run beside it (grant the worker role windlass.held.* as deploy/nats/accounts.conf does)",
+				"error", last)
+		}
 	}
 	return stop, nil
 }

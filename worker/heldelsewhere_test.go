@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,6 +18,8 @@ import (
 
 	"github.com/windlass-dev/windlass"
 	"github.com/windlass-dev/windlass/internal/fleettest"
+	"github.com/windlass-dev/windlass/internal/layout"
+	"github.com/windlass-dev/windlass/internal/testserver"
 	"github.com/windlass-dev/windlass/worker"
 )
 
@@ -215,4 +219,52 @@ func (l *cutLink) restore() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.down = false
+}
+
+// TestAWorkerWithoutTheProbePermissionSaysSo: a worker whose NATS user
+// may not use the held probes (an accounts.conf older than them) still
+// serves its tools, as a worker of an older release would, and logs a
+// warning naming the permission, instead of failing without a word to run
+// redeliveries beside their holders.
+func TestAWorkerWithoutTheProbePermissionSaysSo(t *testing.T) {
+	t.Parallel()
+	conf := filepath.Join(t.TempDir(), "nats.conf")
+	if err := os.WriteFile(conf, []byte(`accounts: { A: { jetstream: enabled, users: [
+  {user: old, password: old, permissions: {
+    publish: {allow: [">"], deny: ["windlass.held.>"]},
+    subscribe: {allow: [">"], deny: ["windlass.held.>"]}
+  }}
+] } }
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ns := testserver.StartNATS(t, testserver.NATSOptions{ConfigFile: conf})
+	js, err := jetstream.New(ns.Connect(t, nats.UserInfo("old", "old")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := layout.EnsureStreams(t.Context(), js, layout.AllStreams(layout.StreamOptions{})...); err != nil {
+		t.Fatal(err)
+	}
+	logs := &logLines{}
+	w, err := worker.New(worker.Config{JetStream: js, Logger: slog.New(logs)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs atomic.Int64
+	if err := w.Register(countingEcho(&runs)); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run = %v", err)
+		}
+	})
+	fleettest.WaitFor(t, fleettest.StartTimeout, "the worker serving and its warning logged", func() bool {
+		return logs.contains("worker: serving") && logs.contains("may not subscribe to the held probes")
+	})
 }
