@@ -61,8 +61,14 @@ func (r *reconnects) settling(now time.Time) (until time.Time, ok bool) {
 	if at == 0 {
 		return time.Time{}, false
 	}
-	until = time.Unix(0, at).Add(r.settle)
+	until = r.window(at)
 	return until, now.Before(until)
+}
+
+// window is when the settle window of the reconnect at (unix
+// nanoseconds) ends.
+func (r *reconnects) window(at int64) time.Time {
+	return time.Unix(0, at).Add(r.settle)
 }
 
 // settlePoll is how often the answer of a redelivered call is looked for
@@ -82,11 +88,43 @@ const settlePoll = 100 * time.Millisecond
 // heldElsewhere), back on its connection with a call that takes longer.
 // Without one, the answer is looked for once more, the look retried until
 // deadline (the call's, or its release's expiry; zero: until shutdown).
+// When the worker reconnected again meanwhile, all of it is done again in
+// the new reconnect's window.
 func (w *Worker) answeredAfterReconnect(d *delivery, deadline time.Time) (answered bool, holder string, interrupted bool) {
 	until, ok := w.reconnects.settling(time.Now())
 	if !ok {
 		return false, "", false
 	}
+	nc := w.cfg.JetStream.Conn()
+	for {
+		// Counted by the connection before it is used again (the status
+		// event that moves reconnects.at comes after): a reconnect is
+		// seen by the time anything this round asks has an answer.
+		reconnected, at := nc.Stats().Reconnects, w.reconnects.at.Load()
+		if answered, holder, interrupted = w.settle(d, deadline, until); answered || holder != "" || interrupted {
+			return answered, holder, interrupted
+		}
+		// A probe made while the worker's own link was down again (a link
+		// that flaps just after an outage) reached no one, and its silence
+		// says nothing of a holder, which may be back on its connection
+		// with its tool still running: a reconnect since the window
+		// opened opens one of its own, in which the answer is waited for
+		// and the probe made again.
+		if nc.Stats().Reconnects == reconnected {
+			return false, "", false
+		}
+		now := w.reconnects.at.Load()
+		if now == at {
+			now = time.Now().UnixNano() // its status event not seen yet
+		}
+		until = w.reconnects.window(now)
+	}
+}
+
+// settle waits until the settle window's end for the call's answer, then
+// probes for a holder and looks for the answer once more (see
+// answeredAfterReconnect).
+func (w *Worker) settle(d *delivery, deadline, until time.Time) (answered bool, holder string, interrupted bool) {
 	ctx, cancel := context.WithDeadline(d.ctx, until)
 	defer cancel()
 	d.logger().InfoContext(ctx, "worker: a redelivered call came soon after a reconnect; waiting for the answer of a worker that may still hold it",
