@@ -113,11 +113,11 @@ func (w *Worker) answeredAfterReconnect(d *delivery, deadline time.Time) (answer
 		if nc.Stats().Reconnects == reconnected {
 			return false, "", false
 		}
-		now := w.reconnects.at.Load()
-		if now == at {
-			now = time.Now().UnixNano() // its status event not seen yet
+		latest := w.reconnects.at.Load()
+		if latest == at {
+			latest = time.Now().UnixNano() // its status event not seen yet
 		}
-		until = w.reconnects.window(now)
+		until = w.reconnects.window(latest)
 	}
 }
 
