@@ -202,7 +202,8 @@ func dropped(reason release.Reason, detail string) outcome {
 // A redelivery without an answer that comes soon after the worker's own
 // reconnect may be of a call another worker still holds, its in-progress
 // acks cut off by the same outage: its answer is looked for a little
-// longer before the call runs again (see reconnects).
+// longer before the call runs again (see reconnects), and a holder that
+// says it still holds the message is left the call (see heldElsewhere).
 func (w *Worker) alreadyAnswered(d *delivery) (outcome, bool) {
 	if d.released || d.call.Attempt == 1 {
 		return outcome{}, false
