@@ -268,3 +268,32 @@ func TestAWorkerWithoutTheProbePermissionSaysSo(t *testing.T) {
 		return logs.contains("worker: serving") && logs.contains("may not subscribe to the held probes")
 	})
 }
+
+// reconnectedWorkerOnLink starts a worker with cfg and tool whose
+// connection goes through a cutLink and has just come back (forced to
+// reconnect): its settle window is 10.6 s, outlasting a loaded machine's
+// pauses (and the 5 s a pull request cut off by the reconnect may hold
+// the next pull back), and it reconnects within 100 ms of a cut link's
+// restore.
+func (b *bench) reconnectedWorkerOnLink(cons jetstream.Consumer, cfg worker.Config, tool windlass.Tool) (*worker.Worker, *cutLink) {
+	b.t.Helper()
+	link := newCutLink(b.t, b.nats.URL())
+	nc, err := nats.Connect(link.url(), nats.MaxReconnects(-1),
+		nats.ReconnectWait(10*time.Second), nats.CustomReconnectDelay(func(int) time.Duration { return 100 * time.Millisecond }))
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	b.t.Cleanup(nc.Close)
+	if cfg.JetStream, err = jetstream.New(nc); err != nil {
+		b.t.Fatal(err)
+	}
+	w, _ := b.start(cfg, tool)
+	if err := nc.ForceReconnect(); err != nil {
+		b.t.Fatal(err)
+	}
+	fleettest.WaitFor(b.t, 10*time.Second, "the worker reconnected and pulling", func() bool {
+		info, err := cons.Info(b.t.Context())
+		return nc.Stats().Reconnects > 0 && nc.IsConnected() && err == nil && info.NumWaiting > 0
+	})
+	return w, link
+}
