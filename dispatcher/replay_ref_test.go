@@ -61,10 +61,18 @@ func TestADeadCallWithArgumentsByReferenceReplays(t *testing.T) {
 	mu.Lock()
 	fail = false
 	mu.Unlock()
-	newID, err := d.Replay(t.Context(), dead[0].Seq, dispatcher.WithTimeout(10*time.Second))
-	if err != nil {
-		t.Fatalf("Replay of a dead call whose arguments are by reference, seconds after it died = %q, %v; want it replayed with the same arguments", newID, err)
-	}
+	// The caller has its answer once it is stored; the worker records the
+	// call dead and terminates its message just after. A replay that comes
+	// before the message is gone is refused "unavailable, try again" (the
+	// call may still be delivered), and the caller tries again, as told.
+	var newID string
+	fleettest.WaitFor(t, 20*time.Second, "the dead call's message gone from the work queue, so it replays", func() bool {
+		newID, err = d.Replay(t.Context(), dead[0].Seq, dispatcher.WithTimeout(10*time.Second))
+		if err != nil && !errors.Is(err, dispatcher.ErrUnavailable) {
+			t.Fatalf("Replay of a dead call whose arguments are by reference, seconds after it died = %q, %v; want it replayed with the same arguments", newID, err)
+		}
+		return err == nil
+	})
 	res, err := d.Wait(waitCtx(t, 10*time.Second), newID)
 	if err != nil || res.IsError || res.Content != "got abc" {
 		t.Errorf("replayed call = %+v, %v; want it run with the original arguments", res, err)
