@@ -138,14 +138,10 @@ func (w *Worker) unanswered(d *delivery, rel release.Release, fresh bool) (outco
 	if err == nil && !answered && !fresh {
 		// A redelivery of this very message, perhaps of a worker that
 		// still holds it after an outage (see reconnects).
-		var holder string
-		var interrupted bool
-		answered, holder, interrupted = w.answeredAfterReconnect(d, rel.ExpiresAt)
-		switch {
-		case interrupted:
-			return handedBack(settleInterrupted, d.ctx.Err()), true
-		case holder != "":
-			return leftToHolder(holder), true
+		var o outcome
+		var stop bool
+		if answered, o, stop = w.answeredAfterReconnect(d, rel.ExpiresAt); stop {
+			return o, true
 		}
 	}
 	switch {

@@ -107,11 +107,11 @@ func (w *Worker) answerHeldProbe(m *nats.Msg) {
 
 // heldElsewhere asks the tool's other workers whether one of them holds the
 // delivery's message, and returns its id when one answers within
-// heldProbeWait.
-func (w *Worker) heldElsewhere(d *delivery) (holder string, ok bool) {
+// heldProbeWait, "" when none does.
+func (w *Worker) heldElsewhere(d *delivery) (holder string) {
 	b, err := json.Marshal(heldProbe{Seq: d.meta.Sequence.Stream, Subject: d.msg.Subject(), Delivered: d.meta.NumDelivered, From: w.self})
 	if err != nil {
-		return "", false
+		return ""
 	}
 	// Not under the call's context, which the shutdown grace's end
 	// cancels: a holder that answers is left the call all the same (see
@@ -120,14 +120,14 @@ func (w *Worker) heldElsewhere(d *delivery) (holder string, ok bool) {
 	defer cancel()
 	m, err := w.cfg.JetStream.Conn().RequestWithContext(ctx, layout.HeldProbeSubject(d.t.spec.Name), b)
 	if err != nil {
-		return "", false
+		return ""
 	}
 	// Only a holder answers (see answerHeldProbe): a reply is what says
 	// the message is held, whatever its body; the id in it is for the
-	// logs, and the callers take an empty one for no holder.
+	// logs, and an empty one would read as no holder.
 	var r heldReply
 	_ = json.Unmarshal(m.Data, &r)
-	return cmp.Or(r.Worker, unnamedHolder), true
+	return cmp.Or(r.Worker, unnamedHolder)
 }
 
 // unnamedHolder names in the logs a holder whose answer did not name it.

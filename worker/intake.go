@@ -221,12 +221,10 @@ func (w *Worker) alreadyAnswered(d *delivery) (outcome, bool) {
 	case err != nil:
 		return outcome{}, false // past its deadline: answered timeout, not run (refuse)
 	case !answered:
-		settled, holder, interrupted := w.answeredAfterReconnect(d, d.call.Deadline)
+		settled, o, stop := w.answeredAfterReconnect(d, d.call.Deadline)
 		switch {
-		case interrupted:
-			return handedBack(settleInterrupted, d.ctx.Err()), true
-		case holder != "":
-			return leftToHolder(holder), true
+		case stop:
+			return o, true
 		case !settled:
 			return outcome{}, false
 		}

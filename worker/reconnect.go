@@ -89,11 +89,12 @@ const settlePoll = 100 * time.Millisecond
 // Without one, the answer is looked for once more, the look retried until
 // deadline (the call's, or its release's expiry; zero: until shutdown).
 // When the worker reconnected again meanwhile, all of it is done again in
-// the new reconnect's window.
-func (w *Worker) answeredAfterReconnect(d *delivery, deadline time.Time) (answered bool, holder string, interrupted bool) {
+// the new reconnect's window. stop is the call's outcome when the wait
+// ends it: left to its holder, or handed back (interrupted).
+func (w *Worker) answeredAfterReconnect(d *delivery, deadline time.Time) (answered bool, stop outcome, stopped bool) {
 	until, ok := w.reconnects.settling(time.Now())
 	if !ok {
-		return false, "", false
+		return false, outcome{}, false
 	}
 	nc := w.cfg.JetStream.Conn()
 	for {
@@ -101,8 +102,14 @@ func (w *Worker) answeredAfterReconnect(d *delivery, deadline time.Time) (answer
 		// event that moves reconnects.at comes after): a reconnect is
 		// seen by the time anything this round asks has an answer.
 		reconnected, at := nc.Stats().Reconnects, w.reconnects.at.Load()
-		if answered, holder, interrupted = w.settle(d, deadline, until); answered || holder != "" || interrupted {
-			return answered, holder, interrupted
+		answered, holder, interrupted := w.settle(d, deadline, until)
+		switch {
+		case interrupted:
+			return false, handedBack(settleInterrupted, d.ctx.Err()), true
+		case holder != "":
+			return false, leftToHolder(holder), true
+		case answered:
+			return true, outcome{}, false
 		}
 		// A probe made while the worker's own link was down again (a link
 		// that flaps just after an outage) reached no one, and its silence
@@ -111,7 +118,7 @@ func (w *Worker) answeredAfterReconnect(d *delivery, deadline time.Time) (answer
 		// opened opens one of its own, in which the answer is waited for
 		// and the probe made again.
 		if nc.Stats().Reconnects == reconnected {
-			return false, "", false
+			return false, outcome{}, false
 		}
 		latest := w.reconnects.at.Load()
 		if latest == at {
@@ -139,7 +146,7 @@ func (w *Worker) settle(d *delivery, deadline, until time.Time) (answered bool, 
 			// probe): handed back, the call would be delivered again at
 			// once, beside its holder. The probe is bounded by
 			// heldProbeWait, not by the call's context.
-			if holder, ok := w.heldElsewhere(d); ok {
+			if holder := w.heldElsewhere(d); holder != "" {
 				return false, holder, false
 			}
 			if d.ctx.Err() != nil {
